@@ -1,0 +1,251 @@
+/* Guarded, pooled, lazily committed stacks; see stack.h for the layout. */
+#include "stack.h"
+
+#include "alloc.h"
+#include "tools.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+
+/* Slots per chunk: the first chunk of a size is small, so a program with a
+ * few tasks maps little; each next one doubles, up to about 1 GiB. */
+#define CHUNK_FIRST 16
+#define CHUNK_MAX_BYTES ((size_t)1 << 30)
+
+typedef struct chunk {
+  struct chunk *next; /* the class's chunks, newest first */
+  char *base;         /* the mapping */
+  size_t slots;       /* slots in it */
+  size_t used;        /* slots handed out at least once (bump pointer) */
+} chunk;
+
+/* The pool of one stack size on one thread. */
+struct weft__stack_class {
+  weft__stack_class *next; /* the thread's other sizes */
+  size_t size;             /* slot bytes: guard + usable + header */
+  size_t nominal;          /* the size asked for, rounded to pages */
+  chunk *chunks;           /* where fresh slots come from */
+  weft__stack *warm;       /* freed stacks with their pages, LIFO */
+  size_t nwarm;
+  char **cold;             /* freed slots whose pages went back */
+  size_t ncold, capcold;
+  size_t out;              /* stacks of this class in use */
+};
+
+static __thread weft__stack_class *classes;
+static size_t page_size;
+/* 1 MADV_GUARD_INSTALL, 0 mprotect, -1 not probed. Probed on the first
+ * slot; a race between threads probing at once is benign (same answer). */
+static int guard_mode = -1;
+
+int weft__stack_guard_mode(void) { return __atomic_load_n(&guard_mode, __ATOMIC_RELAXED); }
+
+static size_t page(void) {
+  if (!page_size)
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+  return page_size;
+}
+
+size_t weft__stack_round(size_t size) {
+  size_t p = page();
+  if (size == 0)
+    size = WEFT__STACK_DEFAULT;
+  if (size < 4 * p)
+    size = 4 * p; /* room for the header and a few frames */
+  return (size + p - 1) & ~(p - 1);
+}
+
+static weft__stack_class *class_for(size_t nominal) {
+  for (weft__stack_class *c = classes; c; c = c->next)
+    if (c->nominal == nominal)
+      return c;
+  weft__stack_class *c = weft__calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  if (!classes)
+    weft__stack_thread_init();
+  c->nominal = nominal;
+  c->size = nominal + page(); /* plus the guard page */
+  c->next = classes;
+  classes = c;
+  return c;
+}
+
+static int install_guard(char *slot) {
+  int mode = weft__stack_guard_mode();
+  if (mode != 0) {
+    if (madvise(slot, page(), MADV_GUARD_INSTALL) == 0) {
+      __atomic_store_n(&guard_mode, 1, __ATOMIC_RELAXED);
+      return 0;
+    }
+    if (errno != EINVAL && errno != ENOSYS)
+      return -errno;
+    __atomic_store_n(&guard_mode, 0, __ATOMIC_RELAXED);
+  }
+  /* Each guard now splits the mapping: past vm.max_map_count this fails
+   * with ENOMEM, and so does the spawn. */
+  return mprotect(slot, page(), PROT_NONE) == 0 ? 0 : -errno;
+}
+
+/* A slot never handed out before, from the newest chunk or a new one. */
+static char *fresh_slot(weft__stack_class *c) {
+  chunk *k = c->chunks;
+  if (!k || k->used == k->slots) {
+    size_t n = k ? k->slots * 2 : CHUNK_FIRST;
+    if (n * c->size > CHUNK_MAX_BYTES)
+      n = CHUNK_MAX_BYTES / c->size ? CHUNK_MAX_BYTES / c->size : 1;
+    chunk *nk = weft__malloc(sizeof *nk);
+    if (!nk)
+      return NULL;
+    void *base = mmap(NULL, n * c->size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+      weft__free(nk);
+      errno = ENOMEM;
+      return NULL;
+    }
+    nk->base = base;
+    nk->slots = n;
+    nk->used = 0;
+    nk->next = k;
+    c->chunks = k = nk;
+  }
+  char *slot = k->base + k->used * c->size;
+  int rc = install_guard(slot);
+  if (rc < 0) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  k->used++;
+  return slot;
+}
+
+/* Writes the descriptor of `slot` and tells the tools about the stack. */
+_Static_assert(sizeof(weft__stack) <= WEFT__STACK_HEADER, "header too small");
+
+static weft__stack *open_slot(weft__stack_class *c, char *slot) {
+  char *top = slot + c->size;
+  weft__stack *s = (weft__stack *)(top - WEFT__STACK_HEADER);
+  memset(s, 0, sizeof *s);
+  s->cls = c;
+  s->region.guard = page();
+  s->region.lo = slot + page();
+  s->region.size = (size_t)((char *)s - (slot + page()));
+  s->region.nominal = c->nominal;
+#ifdef WEFT_VALGRIND
+  s->vg_id = VALGRIND_STACK_REGISTER(s->region.lo,
+                                     (char *)s->region.lo + s->region.size);
+#endif
+#ifdef WEFT_TSAN
+  s->region.tsan_fiber = __tsan_create_fiber(0);
+#endif
+  return s;
+}
+
+static void close_slot(weft__stack *s) {
+#ifdef WEFT_VALGRIND
+  VALGRIND_STACK_DEREGISTER(s->vg_id);
+#endif
+#ifdef WEFT_TSAN
+  __tsan_destroy_fiber(s->region.tsan_fiber);
+#endif
+  (void)s;
+}
+
+static char *slot_of(weft__stack *s) { return (char *)s->region.lo - s->region.guard; }
+
+weft__stack *weft__stack_acquire(size_t size) {
+  weft__stack_class *c = class_for(weft__stack_round(size));
+  if (!c)
+    return NULL;
+  weft__stack *s = c->warm;
+  if (s) {
+    c->warm = s->next;
+    c->nwarm--;
+    s->next = NULL;
+    s->region.owner_id = 0;
+    s->region.owner_name = NULL;
+    s->region.is_gen = 0;
+  } else {
+    char *slot = c->ncold ? c->cold[--c->ncold] : fresh_slot(c);
+    if (!slot)
+      return NULL;
+    s = open_slot(c, slot);
+  }
+  c->out++;
+  return s;
+}
+
+void weft__stack_release(weft__stack *s) {
+  weft__stack_class *c = s->cls;
+  c->out--;
+  if (c->nwarm < WEFT__STACK_WARM_MAX) {
+    s->next = c->warm;
+    c->warm = s;
+    c->nwarm++;
+    return;
+  }
+  /* Enough warm stacks: give this one's pages back, keep its slot. The
+   * guard survives MADV_DONTNEED (guard markers and PROT_NONE alike). */
+  char *slot = slot_of(s);
+  if (c->ncold == c->capcold) {
+    size_t cap = c->capcold ? c->capcold * 2 : 64;
+    char **v = weft__realloc(c->cold, cap * sizeof *v);
+    if (!v) { /* keep it warm rather than lose it */
+      s->next = c->warm;
+      c->warm = s;
+      c->nwarm++;
+      return;
+    }
+    c->cold = v;
+    c->capcold = cap;
+  }
+  close_slot(s);
+  madvise(slot + page(), c->size - page(), MADV_DONTNEED);
+  c->cold[c->ncold++] = slot;
+}
+
+int weft__stack_trim(void) {
+  for (weft__stack_class *c = classes; c; c = c->next)
+    if (c->out)
+      return 0;
+  while (classes) {
+    weft__stack_class *c = classes;
+    classes = c->next;
+    for (weft__stack *s = c->warm; s; s = s->next)
+      close_slot(s);
+    while (c->chunks) {
+      chunk *k = c->chunks;
+      c->chunks = k->next;
+      munmap(k->base, k->slots * c->size);
+      weft__free(k);
+    }
+    weft__free(c->cold);
+    weft__free(c);
+  }
+  return 1;
+}
+
+/* A thread that exits gives its pool back, if nothing of it is in use. */
+static pthread_key_t exit_key;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+
+static void on_thread_exit(void *unused) {
+  (void)unused;
+  weft__stack_trim();
+}
+
+static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
+
+void weft__stack_thread_init(void) {
+  pthread_once(&exit_once, make_exit_key);
+  pthread_setspecific(exit_key, (void *)1);
+}

@@ -1,0 +1,77 @@
+/*
+ * Layer 1: stacks.
+ *
+ * Each stack is a slot in a large anonymous mapping (a chunk), committed
+ * lazily by the kernel as it is touched. A slot, low addresses first:
+ *
+ *   +------------+--------------------------------+-------------+
+ *   | guard page | usable stack (grows downwards) | weft__stack |
+ *   | PROT_NONE  |  <- sp starts at the top       | descriptor  |
+ *   +------------+--------------------------------+-------------+
+ *   ^ slot base  ^ region.lo                      ^ top - WEFT__STACK_HEADER
+ *
+ * The descriptor sits in the page the first frames touch anyway, so a fresh
+ * stack costs one page of memory until it grows.
+ *
+ * Guards: on Linux 6.13+ MADV_GUARD_INSTALL puts the guard inside the one
+ * mapping without splitting it, so a million stacks fit in a few mappings.
+ * Elsewhere mprotect makes each guard its own mapping; vm.max_map_count
+ * (65530 by default) then caps the stacks near 32,000, and a spawn past that
+ * fails with ENOMEM. docs/stacks.md says more.
+ *
+ * Freed stacks go to a per-thread, per-size pool: the last freed is the
+ * first reused (its pages are warm). Past WEFT__STACK_WARM_MAX warm stacks a
+ * freed stack's pages are returned to the kernel (MADV_DONTNEED) and the slot
+ * is kept for reuse. Stacks are acquired and released on one thread.
+ */
+#ifndef WEFT_STACK_H
+#define WEFT_STACK_H
+
+#include "ctx.h"
+
+#include <stddef.h>
+
+/* Bytes at the top of each slot for the descriptor. */
+#define WEFT__STACK_HEADER 128
+/* Warm stacks kept per size before pages are given back. */
+#define WEFT__STACK_WARM_MAX 256
+/* Stack size when none is given. */
+#define WEFT__STACK_DEFAULT (256 * 1024)
+
+typedef struct weft__stack weft__stack;
+typedef struct weft__stack_class weft__stack_class;
+
+/* The descriptor, at the very top of its slot. */
+struct weft__stack {
+  weft__region region;      /* what the switch and the tools see */
+  weft__stack *next;        /* next warm stack in the pool */
+  weft__stack_class *cls;   /* the pool of this size */
+  unsigned vg_id;           /* Valgrind's stack id */
+};
+
+/* A stack of at least `size` bytes (0: the default), rounded up to pages.
+ * Returns NULL with errno ENOMEM when no memory or mapping can be had. */
+weft__stack *weft__stack_acquire(size_t size);
+
+/* Gives a stack back to this thread's pool. */
+void weft__stack_release(weft__stack *s);
+
+/* Unmaps this thread's pool if no stack of it is in use; returns 1 if it did,
+ * 0 if stacks are still out. */
+int weft__stack_trim(void);
+
+/* Arranges for this thread's pool to be trimmed when the thread exits. */
+void weft__stack_thread_init(void);
+
+/* Rounds a requested stack size to what acquire gives (for messages). */
+size_t weft__stack_round(size_t size);
+
+/* 1 if guards are installed with MADV_GUARD_INSTALL, 0 with mprotect, -1 not
+ * known yet (no stack mapped). For tests and docs. */
+int weft__stack_guard_mode(void);
+
+/* Installs the SIGSEGV handler that names a task overflowing its guard page,
+ * and an alternate signal stack on this thread. Idempotent. (overflow.c) */
+void weft__overflow_init(void);
+
+#endif

@@ -1,0 +1,408 @@
+/*
+ * Layer 3: tasks. A task is a function running on its own stack, switched
+ * in by the loop when it is ready and out when it parks, yields or ends.
+ * Every switch goes through the loop's own context (task -> loop -> task),
+ * which keeps the ready queue the one place where order is decided.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+__thread weft_loop *weft__loop_running;
+
+/* ---- handles ----------------------------------------------------------
+ * A weft_task * given to users carries the record's generation in its top
+ * 16 bits (user-space addresses fit in 48 on Linux x86-64 and aarch64).
+ * Records are recycled, so a stale handle (a task joined twice, a detached
+ * task that ended) would otherwise name whatever task reused the record;
+ * with the generation it is recognised and refused. */
+#if UINTPTR_MAX > 0xffffffffu
+#define GEN_SHIFT 48
+#define ADDR_MASK ((((uintptr_t)1) << GEN_SHIFT) - 1)
+static weft_task *handle_of(weft_task *t) {
+  return (weft_task *)((uintptr_t)t | ((uintptr_t)t->gen_count << GEN_SHIFT));
+}
+static weft_task *record_of(const weft_task *h) {
+  if (!h)
+    return NULL;
+  weft_task *t = (weft_task *)((uintptr_t)h & ADDR_MASK);
+  if (t->state == TASK_FREE || t->gen_count != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
+    return NULL;
+  return t;
+}
+#else
+static weft_task *handle_of(weft_task *t) { return t; }
+static weft_task *record_of(const weft_task *h) {
+  return h && h->state != TASK_FREE ? (weft_task *)h : NULL;
+}
+#endif
+
+/* ---- ids --------------------------------------------------------------
+ * Process-unique, taken from a shared counter a block at a time so that a
+ * spawn does not pay for an atomic operation. */
+#define ID_BLOCK 1024
+static uint64_t id_counter = 1;
+static __thread uint64_t id_next, id_end;
+
+uint64_t weft__next_id(void) {
+  if (id_next == id_end) {
+    id_next = __atomic_fetch_add(&id_counter, ID_BLOCK, __ATOMIC_RELAXED);
+    id_end = id_next + ID_BLOCK;
+  }
+  return id_next++;
+}
+
+/* ---- records ---------------------------------------------------------- */
+#define SLAB_RECORDS 64
+
+struct weft__slab {
+  weft__slab *next;
+  weft_task recs[SLAB_RECORDS];
+};
+
+static weft_task *record_new(weft_loop *loop) {
+  if (!loop->free_recs) {
+    weft__slab *s = weft__malloc(sizeof *s);
+    if (!s)
+      return NULL;
+    s->next = loop->slabs;
+    loop->slabs = s;
+    for (int i = SLAB_RECORDS - 1; i >= 0; i--) {
+      s->recs[i].state = TASK_FREE;
+      s->recs[i].gen_count = 0;
+      s->recs[i].next_ready = loop->free_recs;
+      loop->free_recs = &s->recs[i];
+    }
+  }
+  weft_task *t = loop->free_recs;
+  loop->free_recs = t->next_ready;
+  return t;
+}
+
+static void record_free(weft_loop *loop, weft_task *t) {
+  weft__free(t->name);
+  t->name = NULL;
+  t->state = TASK_FREE;
+  t->gen_count++;
+  t->next_ready = loop->free_recs;
+  loop->free_recs = t;
+}
+
+/* ---- the ready queue -------------------------------------------------- */
+static void push_ready(weft_loop *loop, weft_task *t) {
+  t->state = TASK_READY;
+  t->next_ready = NULL;
+  if (loop->ready_tail)
+    loop->ready_tail->next_ready = t;
+  else
+    loop->ready_head = t;
+  loop->ready_tail = t;
+}
+
+static weft_task *pop_ready(weft_loop *loop) {
+  weft_task *t = loop->ready_head;
+  loop->ready_head = t->next_ready;
+  if (!loop->ready_head)
+    loop->ready_tail = NULL;
+  return t;
+}
+
+static void unlink_live(weft_loop *loop, weft_task *t) {
+  if (t->prev_live)
+    t->prev_live->next_live = t->next_live;
+  else
+    loop->live = t->next_live;
+  if (t->next_live)
+    t->next_live->prev_live = t->prev_live;
+  loop->nlive--;
+}
+
+/* ---- switching -------------------------------------------------------- */
+static weft_task *running_task(void) {
+  weft_loop *loop = weft__loop_running;
+  return loop ? loop->current : NULL;
+}
+
+/* Switches from the running task to its loop; returns when resumed. errno
+ * and the innermost generator belong to the task, so they travel with it. */
+static void suspend(weft_task *t) {
+  t->saved_errno = errno;
+  t->gen = weft__gen_running;
+  weft__ctx_switch(&t->ctx, &t->loop->ctx, NULL);
+  weft__gen_running = t->gen;
+  errno = t->saved_errno;
+}
+
+static void task_entry(void *p) {
+  weft_task *t = p;
+  weft__ctx_started(&t->ctx);
+  weft__gen_running = NULL;
+  errno = 0;
+  t->result = t->fn(t->arg);
+  t->state = TASK_DONE;
+  /* The loop releases the stack: we are still running on it. */
+  weft__ctx_exit(&t->ctx, &t->loop->ctx, NULL);
+}
+
+/* In the loop's context, after a task has ended. */
+static void finished(weft_loop *loop, weft_task *t) {
+  weft__stack_release(t->stack);
+  t->stack = NULL;
+  unlink_live(loop, t);
+  if (t->joiner)
+    weft__wake(t->joiner, 0);
+  if (t->flags & TASK_DETACHED)
+    record_free(loop, t);
+}
+
+size_t weft__run_ready(weft_loop *loop) {
+  size_t n = 0;
+  weft_task *last = loop->ready_tail;
+  while (loop->ready_head) {
+    weft_task *t = pop_ready(loop);
+    int was_last = t == last;
+    t->state = TASK_RUNNING;
+    loop->current = t;
+    weft__ctx_switch(&loop->ctx, &t->ctx, t);
+    loop->current = NULL;
+    weft__gen_running = NULL;
+    if (t->state == TASK_DONE)
+      finished(loop, t);
+    n++;
+    if (was_last)
+      break;
+  }
+  return n;
+}
+
+/* ---- parking ---------------------------------------------------------- */
+int weft__park(const char *what, weft__undo_fn undo, void *arg) {
+  weft_task *t = running_task();
+  if (!t)
+    return -EINVAL;
+  if (t->flags & TASK_CANCELLED)
+    return -ECANCELED;
+  t->state = TASK_WAITING;
+  t->waits_on = what;
+  t->undo = undo;
+  t->undo_arg = arg;
+  t->loop->nparked++;
+  suspend(t);
+  return t->wake_rc;
+}
+
+void weft__wake(weft_task *t, int rc) {
+  if (t->state != TASK_WAITING)
+    return;
+  t->loop->nparked--;
+  t->wake_rc = rc;
+  t->waits_on = NULL;
+  t->undo = NULL;
+  push_ready(t->loop, t);
+}
+
+static void cancel_parked_task(weft_task *t) {
+  if (t->undo)
+    t->undo(t, t->undo_arg);
+  weft__wake(t, -ECANCELED);
+}
+
+void weft__cancel_parked(weft_loop *loop) {
+  for (weft_task *t = loop->live; t; t = t->next_live) {
+    t->flags |= TASK_CANCELLED;
+    if (t->state == TASK_WAITING)
+      cancel_parked_task(t);
+  }
+}
+
+void weft__tasks_free(weft_loop *loop) {
+  /* Tasks that never finished are dropped where they stand. */
+  while (loop->live) {
+    weft_task *t = loop->live;
+    unlink_live(loop, t);
+    weft__stack_release(t->stack);
+    t->stack = NULL;
+  }
+  for (weft__slab *s = loop->slabs; s; s = s->next)
+    for (int i = 0; i < SLAB_RECORDS; i++)
+      weft__free(s->recs[i].name);
+  while (loop->slabs) {
+    weft__slab *s = loop->slabs;
+    loop->slabs = s->next;
+    weft__free(s);
+  }
+  loop->free_recs = NULL;
+  loop->ready_head = loop->ready_tail = NULL;
+}
+
+/* ---- the public calls ------------------------------------------------- */
+weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
+                           const weft_task_opts *opts) {
+  weft_loop *loop = opts && opts->loop ? opts->loop : weft_loop_current();
+  if (!fn || !loop) {
+    errno = EINVAL;
+    return NULL;
+  }
+  weft_task *t = record_new(loop);
+  if (!t)
+    return NULL;
+  uint16_t gen_count = t->gen_count;
+  memset(t, 0, sizeof *t);
+  t->gen_count = gen_count;
+  if (opts && opts->name && !(t->name = weft__strdup(opts->name)))
+    goto fail;
+  t->stack = weft__stack_acquire(opts && opts->stack_size ? opts->stack_size
+                                                          : loop->stack_size);
+  if (!t->stack)
+    goto fail;
+  t->loop = loop;
+  t->fn = fn;
+  t->arg = arg;
+  t->id = weft__next_id();
+  t->stack->region.owner_id = t->id;
+  t->stack->region.owner_name = t->name;
+  weft__ctx_make(&t->ctx, &t->stack->region, task_entry);
+  t->next_live = loop->live;
+  if (loop->live)
+    loop->live->prev_live = t;
+  loop->live = t;
+  loop->nlive++;
+  push_ready(loop, t);
+  return handle_of(t);
+fail:
+  record_free(loop, t);
+  errno = ENOMEM;
+  return NULL;
+}
+
+weft_task *weft_spawn(void *(*fn)(void *), void *arg) {
+  return weft_spawn_opts(fn, arg, NULL);
+}
+
+int weft_go(void *(*fn)(void *), void *arg) {
+  weft_task *t = weft_spawn(fn, arg);
+  if (!t)
+    return -errno;
+  record_of(t)->flags |= TASK_DETACHED;
+  return 0;
+}
+
+static void undo_join(weft_task *joiner, void *arg) {
+  weft_task *t = arg;
+  (void)joiner;
+  t->joiner = NULL;
+  t->flags &= (uint8_t)~TASK_JOINING;
+}
+
+int weft_join(weft_task *h, void **result) {
+  weft_task *t = record_of(h), *self = running_task();
+  if (!t || t == self || (t->flags & (TASK_DETACHED | TASK_JOINING)))
+    return -EINVAL;
+  if (t->state != TASK_DONE) {
+    /* Waiting needs a task of the same loop; outside, t must be done. */
+    if (!self || self->loop != t->loop)
+      return -EINVAL;
+    t->flags |= TASK_JOINING;
+    t->joiner = self;
+    int rc = weft__park("join", undo_join, t);
+    if (rc < 0)
+      return rc;
+  }
+  if (result)
+    *result = t->result;
+  record_free(t->loop, t);
+  return 0;
+}
+
+int weft_detach(weft_task *h) {
+  weft_task *t = record_of(h);
+  if (!t || (t->flags & (TASK_DETACHED | TASK_JOINING)))
+    return -EINVAL;
+  if (t->state == TASK_DONE)
+    record_free(t->loop, t);
+  else
+    t->flags |= TASK_DETACHED;
+  return 0;
+}
+
+weft_task *weft_self(void) {
+  weft_task *t = running_task();
+  return t ? handle_of(t) : NULL;
+}
+
+int weft_yield(void) {
+  weft_task *t = running_task();
+  if (!t)
+    return -EINVAL;
+  push_ready(t->loop, t);
+  suspend(t);
+  return (t->flags & TASK_CANCELLED) ? -ECANCELED : 0;
+}
+
+int weft_cancel(weft_task *h) {
+  if (!h)
+    return -EINVAL;
+  weft_task *t = record_of(h);
+  if (!t || t->state == TASK_DONE)
+    return -ESRCH; /* a stale handle names a task that ended */
+  t->flags |= TASK_CANCELLED;
+  if (t->state == TASK_WAITING)
+    cancel_parked_task(t);
+  return 0;
+}
+
+uint64_t weft_task_id(const weft_task *h) {
+  weft_task *t = record_of(h);
+  return t ? t->id : 0;
+}
+
+const char *weft_task_name(const weft_task *h) {
+  weft_task *t = record_of(h);
+  return t ? t->name : NULL;
+}
+
+/* ---- the dump --------------------------------------------------------- */
+static const char *state_name(const weft_task *t) {
+  switch (t->state) {
+  case TASK_READY: return "ready";
+  case TASK_RUNNING: return "running";
+  case TASK_WAITING: return "waiting";
+  default: return "done";
+  }
+}
+
+static size_t stack_used(const weft_task *t) {
+  const weft__region *r = &t->stack->region;
+  uintptr_t top = (uintptr_t)r->lo + r->size, sp;
+  if (t->state == TASK_RUNNING)
+    sp = (uintptr_t)__builtin_frame_address(0);
+#ifdef WEFT_CTX_UCONTEXT
+  else
+    return 0; /* not tracked by the ucontext build */
+#else
+  else
+    sp = (uintptr_t)t->ctx.sp;
+#endif
+  return sp < top && sp >= (uintptr_t)r->lo ? top - sp : 0;
+}
+
+void weft_dump(FILE *out) {
+  weft_loop *loop = weft__loop_running ? weft__loop_running : weft_loop_current();
+  if (!out)
+    return;
+  if (!loop) {
+    fprintf(out, "weft: no loop on this thread\n");
+    return;
+  }
+  fprintf(out, "weft: %zu task%s\n", loop->nlive, loop->nlive == 1 ? "" : "s");
+  fprintf(out, "%8s  %-8s %-12s %17s  %s\n", "id", "state", "waits on",
+          "stack used/size", "name");
+  for (const weft_task *t = loop->live; t; t = t->next_live) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%zu/%zu", stack_used(t), t->stack->region.nominal);
+    fprintf(out, "%8llu  %-8s %-12s %17s  %s%s\n", (unsigned long long)t->id,
+            state_name(t), t->waits_on ? t->waits_on : "-", buf,
+            t->name ? t->name : "-", (t->flags & TASK_CANCELLED) ? " (cancelled)" : "");
+  }
+}
