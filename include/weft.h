@@ -35,11 +35,12 @@ extern "C" {
 #define WEFT_VERSION_MAJOR 0
 #define WEFT_VERSION_MINOR 1
 #define WEFT_VERSION_PATCH 0
-#define WEFT_VERSION_HEX                                                      \
+#define WEFT_VERSION_HEX                                                       \
   ((WEFT_VERSION_MAJOR << 16) | (WEFT_VERSION_MINOR << 8) | WEFT_VERSION_PATCH)
 
 /* The version of the library actually linked, as (major << 16) | (minor << 8)
- * | patch. Compare with WEFT_VERSION_HEX to detect a header/library mismatch. */
+ * | patch. Compare with WEFT_VERSION_HEX to detect a header/library mismatch.
+ */
 unsigned weft_version(void);
 
 /* The same as a string, "0.1.0". Never NULL; static storage. */
@@ -60,9 +61,9 @@ const char *weft_err_name(int err);
 /* ------------------------------------------------------------------------ */
 /* Time                                                                      */
 
-#define WEFT_NEVER INT64_MAX
-#define WEFT_MS(x) ((int64_t)(x) * 1000000LL)
-#define WEFT_SEC(x) ((int64_t)(x) * 1000000000LL)
+#define WEFT_NEVER  INT64_MAX
+#define WEFT_MS(x)  ((int64_t)(x)*1000000LL)
+#define WEFT_SEC(x) ((int64_t)(x)*1000000000LL)
 
 /* Nanoseconds on the monotonic clock (CLOCK_MONOTONIC). */
 int64_t weft_now(void);

@@ -119,8 +119,8 @@ void weft__ctx_make(weft__ctx *c, weft__region *r, void (*entry)(void *)) {
   __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
   for (int i = 0; i < 22; i++)
     sp[i] = 0;
-  sp[8] = (uintptr_t)entry;                  /* x19 */
-  sp[19] = (uintptr_t)weft__ctx_trampoline;  /* x30 */
+  sp[8] = (uintptr_t)entry;                 /* x19 */
+  sp[19] = (uintptr_t)weft__ctx_trampoline; /* x30 */
   sp[20] = fpcr;
 #else
 #error "no hand-written context switch for this target: use -DWEFT_CTX=ucontext"

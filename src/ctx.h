@@ -28,26 +28,26 @@
 /* A stack region, as the tools see it. Every task, every generator and each
  * thread's original stack has one. */
 typedef struct weft__region {
-  const void *lo;     /* lowest usable address (above the guard page) */
-  size_t size;        /* usable bytes from lo upwards; 0 if not known yet */
-  size_t guard;       /* bytes of guard just below lo (0: none we know of) */
-  size_t nominal;     /* the stack size asked for, for the overflow message */
-  void *tsan_fiber;   /* TSan's fiber for this stack (NULL without TSan) */
-  uint64_t owner_id;  /* task id (generators: their own id) for messages */
+  const void *lo;    /* lowest usable address (above the guard page) */
+  size_t size;       /* usable bytes from lo upwards; 0 if not known yet */
+  size_t guard;      /* bytes of guard just below lo (0: none we know of) */
+  size_t nominal;    /* the stack size asked for, for the overflow message */
+  void *tsan_fiber;  /* TSan's fiber for this stack (NULL without TSan) */
+  uint64_t owner_id; /* task id (generators: their own id) for messages */
   const char *owner_name; /* task name or NULL, for the overflow message */
-  int is_gen;         /* 1 for a generator's stack, for the message */
+  int is_gen;             /* 1 for a generator's stack, for the message */
 } weft__region;
 
 /* A suspended flow of control. */
 typedef struct weft__ctx {
 #ifdef WEFT_CTX_UCONTEXT
-  ucontext_t uc;      /* the whole register file, as libc saves it */
+  ucontext_t uc;         /* the whole register file, as libc saves it */
   void (*entry)(void *); /* run by the first switch to a fresh context */
 #else
-  void *sp;           /* stack pointer with the callee-saved registers */
+  void *sp; /* stack pointer with the callee-saved registers */
 #endif
   weft__region *region; /* the stack this context was suspended on */
-  void *asan_fake;    /* ASan's fake-stack handle while suspended */
+  void *asan_fake;      /* ASan's fake-stack handle while suspended */
 } weft__ctx;
 
 /* Prepares `c` to run entry(arg) on the stack [lo, lo + size) when it is

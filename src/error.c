@@ -8,78 +8,72 @@
 
 /* Every error weft returns, with its message. Add a row when a new call can
  * return a new code; weft_strerror and weft_err_name follow. */
-#define WEFT_ERRNO_MAP(X)                                                     \
-  X(EPERM, "operation not permitted")                                         \
-  X(ENOENT, "no such file, directory or name")                                \
-  X(ESRCH, "no such task: it has finished")                                   \
-  X(EINTR, "interrupted system call")                                         \
-  X(EIO, "input/output error")                                                \
-  X(EBADF, "bad file descriptor (closed?)")                                   \
-  X(EAGAIN, "resource temporarily unavailable: would block")                  \
-  X(ENOMEM, "out of memory, or no stack could be mapped")                     \
-  X(EACCES, "permission denied")                                              \
-  X(EFAULT, "bad address")                                                    \
-  X(EBUSY, "resource busy")                                                   \
-  X(EEXIST, "already exists")                                                 \
-  X(EINVAL, "invalid argument or misuse")                                     \
-  X(ENFILE, "too many open files in the system")                              \
-  X(EMFILE, "too many open files")                                            \
-  X(ENOSPC, "no space left on device")                                        \
-  X(EPIPE, "broken pipe or closed channel")                                   \
-  X(ERANGE, "result out of range")                                            \
-  X(EDEADLK, "deadlock: nothing could ever wake this task")                   \
-  X(ENOSYS, "function not implemented")                                       \
-  X(EPROTO, "protocol error: generator ignored close")                        \
-  X(EMSGSIZE, "message or line too long for the buffer")                      \
-  X(ENOTSUP, "operation not supported")                                       \
-  X(EAFNOSUPPORT, "address family not supported")                             \
-  X(EADDRINUSE, "address already in use")                                     \
-  X(EADDRNOTAVAIL, "address not available")                                   \
-  X(ENETUNREACH, "network unreachable")                                       \
-  X(ECONNABORTED, "connection aborted")                                       \
-  X(ECONNRESET, "connection reset by peer")                                   \
-  X(ENOBUFS, "no buffer space available")                                     \
-  X(EISCONN, "socket is already connected")                                   \
-  X(ENOTCONN, "socket is not connected")                                      \
-  X(ETIMEDOUT, "timed out: a deadline passed")                                \
-  X(ECONNREFUSED, "connection refused")                                       \
-  X(EHOSTUNREACH, "host unreachable")                                         \
-  X(EALREADY, "operation already in progress")                                \
-  X(EINPROGRESS, "operation in progress")                                     \
+#define WEFT_ERRNO_MAP(X)                                                      \
+  X(EPERM, "operation not permitted")                                          \
+  X(ENOENT, "no such file, directory or name")                                 \
+  X(ESRCH, "no such task: it has finished")                                    \
+  X(EINTR, "interrupted system call")                                          \
+  X(EIO, "input/output error")                                                 \
+  X(EBADF, "bad file descriptor (closed?)")                                    \
+  X(EAGAIN, "resource temporarily unavailable: would block")                   \
+  X(ENOMEM, "out of memory, or no stack could be mapped")                      \
+  X(EACCES, "permission denied")                                               \
+  X(EFAULT, "bad address")                                                     \
+  X(EBUSY, "resource busy")                                                    \
+  X(EEXIST, "already exists")                                                  \
+  X(EINVAL, "invalid argument or misuse")                                      \
+  X(ENFILE, "too many open files in the system")                               \
+  X(EMFILE, "too many open files")                                             \
+  X(ENOSPC, "no space left on device")                                         \
+  X(EPIPE, "broken pipe or closed channel")                                    \
+  X(ERANGE, "result out of range")                                             \
+  X(EDEADLK, "deadlock: nothing could ever wake this task")                    \
+  X(ENOSYS, "function not implemented")                                        \
+  X(EPROTO, "protocol error: generator ignored close")                         \
+  X(EMSGSIZE, "message or line too long for the buffer")                       \
+  X(ENOTSUP, "operation not supported")                                        \
+  X(EAFNOSUPPORT, "address family not supported")                              \
+  X(EADDRINUSE, "address already in use")                                      \
+  X(EADDRNOTAVAIL, "address not available")                                    \
+  X(ENETUNREACH, "network unreachable")                                        \
+  X(ECONNABORTED, "connection aborted")                                        \
+  X(ECONNRESET, "connection reset by peer")                                    \
+  X(ENOBUFS, "no buffer space available")                                      \
+  X(EISCONN, "socket is already connected")                                    \
+  X(ENOTCONN, "socket is not connected")                                       \
+  X(ETIMEDOUT, "timed out: a deadline passed")                                 \
+  X(ECONNREFUSED, "connection refused")                                        \
+  X(EHOSTUNREACH, "host unreachable")                                          \
+  X(EALREADY, "operation already in progress")                                 \
+  X(EINPROGRESS, "operation in progress")                                      \
   X(ECANCELED, "operation cancelled")
 
 const char *weft_strerror(int err) {
   switch (err < 0 ? -err : err) {
-#define X(code, msg)                                                          \
-  case code:                                                                  \
-    return msg;
+#define X(code, msg)                                                           \
+  case code: return msg;
     WEFT_ERRNO_MAP(X)
 #undef X
-  case 0:
-    return "success";
-  default:
-    return "unknown error";
+  case 0: return "success";
+  default: return "unknown error";
   }
 }
 
 const char *weft_err_name(int err) {
   switch (err < 0 ? -err : err) {
-#define X(code, msg)                                                          \
-  case code:                                                                  \
-    return #code;
+#define X(code, msg)                                                           \
+  case code: return #code;
     WEFT_ERRNO_MAP(X)
 #undef X
-  case 0:
-    return "OK";
-  default:
-    return "UNKNOWN";
+  case 0: return "OK";
+  default: return "UNKNOWN";
   }
 }
 
 unsigned weft_version(void) { return WEFT_VERSION_HEX; }
 
 #define STR2(x) #x
-#define STR(x) STR2(x)
+#define STR(x)  STR2(x)
 const char *weft_version_string(void) {
   return STR(WEFT_VERSION_MAJOR) "." STR(WEFT_VERSION_MINOR) "." STR(
       WEFT_VERSION_PATCH);

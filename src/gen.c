@@ -12,16 +12,16 @@
 enum { GEN_CREATED, GEN_SUSPENDED, GEN_RUNNING, GEN_DONE };
 
 struct weft_gen {
-  weft__ctx ctx;                     /* the generator's own flow */
-  weft__ctx caller;                  /* whoever resumed it last */
-  weft__stack *stack;                /* released as soon as it finishes */
-  void *(*fn)(weft_gen *, void *);   /* its body ... */
-  void *arg;                         /* ... and argument */
-  void *xfer;                        /* the value crossing a switch */
-  weft_gen *parent;                  /* the generator running before it */
-  uint64_t id;                       /* for the overflow message */
-  int thrown;                        /* error for the pending yield, or 0 */
-  uint8_t state;                     /* GEN_* */
+  weft__ctx ctx;                   /* the generator's own flow */
+  weft__ctx caller;                /* whoever resumed it last */
+  weft__stack *stack;              /* released as soon as it finishes */
+  void *(*fn)(weft_gen *, void *); /* its body ... */
+  void *arg;                       /* ... and argument */
+  void *xfer;                      /* the value crossing a switch */
+  weft_gen *parent;                /* the generator running before it */
+  uint64_t id;                     /* for the overflow message */
+  int thrown;                      /* error for the pending yield, or 0 */
+  uint8_t state;                   /* GEN_* */
 };
 
 __thread weft_gen *weft__gen_running;

@@ -26,8 +26,8 @@
 enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
 
 /* Task flags. */
-#define TASK_DETACHED 1u  /* no handle: recycle at the end */
-#define TASK_JOINING 2u   /* a joiner waits for it */
+#define TASK_DETACHED  1u /* no handle: recycle at the end */
+#define TASK_JOINING   2u /* a joiner waits for it */
 #define TASK_CANCELLED 4u /* weft_cancel was called: level-triggered */
 
 /* What a parked task may be taken off when it is cancelled: called with
@@ -35,27 +35,27 @@ enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
 typedef void (*weft__undo_fn)(weft_task *t, void *arg);
 
 struct weft_task {
-  weft__ctx ctx;            /* where the task is suspended */
-  weft__stack *stack;       /* its stack; NULL once finished */
-  weft_loop *loop;          /* the loop it belongs to */
-  void *(*fn)(void *);      /* what it runs ... */
-  void *arg;                /* ... with this */
-  void *result;             /* fn's return value, for the joiner */
-  uint64_t id;              /* unique in the process, from 1 */
-  char *name;               /* owned copy, or NULL */
-  weft_task *next_ready;    /* link in the loop's ready queue */
-  weft_task *prev_live;     /* links in the loop's list of live tasks */
+  weft__ctx ctx;         /* where the task is suspended */
+  weft__stack *stack;    /* its stack; NULL once finished */
+  weft_loop *loop;       /* the loop it belongs to */
+  void *(*fn)(void *);   /* what it runs ... */
+  void *arg;             /* ... with this */
+  void *result;          /* fn's return value, for the joiner */
+  uint64_t id;           /* unique in the process, from 1 */
+  char *name;            /* owned copy, or NULL */
+  weft_task *next_ready; /* link in the loop's ready queue */
+  weft_task *prev_live;  /* links in the loop's list of live tasks */
   weft_task *next_live;
-  weft_task *joiner;        /* the task waiting in weft_join, if any */
-  const char *waits_on;     /* what it is parked on, for weft_dump */
-  weft__undo_fn undo;       /* takes it off that on cancellation */
+  weft_task *joiner;    /* the task waiting in weft_join, if any */
+  const char *waits_on; /* what it is parked on, for weft_dump */
+  weft__undo_fn undo;   /* takes it off that on cancellation */
   void *undo_arg;
-  weft_gen *gen;            /* the generator running inside it, if any */
-  int wake_rc;              /* what weft__park returns */
-  int saved_errno;          /* errno while switched out */
-  uint16_t gen_count;       /* handle generation: bumped on each recycle */
-  uint8_t state;            /* TASK_* */
-  uint8_t flags;            /* TASK_DETACHED | ... */
+  weft_gen *gen;      /* the generator running inside it, if any */
+  int wake_rc;        /* what weft__park returns */
+  int saved_errno;    /* errno while switched out */
+  uint16_t gen_count; /* handle generation: bumped on each recycle */
+  uint8_t state;      /* TASK_* */
+  uint8_t flags;      /* TASK_DETACHED | ... */
 };
 
 /* Records come from slabs owned by the loop, so spawn allocates nothing in
@@ -63,20 +63,20 @@ struct weft_task {
 typedef struct weft__slab weft__slab;
 
 struct weft_loop {
-  weft__ctx ctx;            /* the loop's own flow (the thread's stack) */
-  pthread_t thread;         /* the thread that made it */
-  weft_task *current;       /* the task running now, or NULL */
-  weft_task *ready_head;    /* FIFO of READY tasks */
+  weft__ctx ctx;         /* the loop's own flow (the thread's stack) */
+  pthread_t thread;      /* the thread that made it */
+  weft_task *current;    /* the task running now, or NULL */
+  weft_task *ready_head; /* FIFO of READY tasks */
   weft_task *ready_tail;
-  weft_task *live;          /* every task not yet DONE */
-  size_t nlive;             /* how many */
-  size_t nparked;           /* of those, WAITING */
-  weft_task *free_recs;     /* recycled records */
-  weft__slab *slabs;        /* all record memory */
-  size_t stack_size;        /* default for its tasks */
+  weft_task *live;           /* every task not yet DONE */
+  size_t nlive;              /* how many */
+  size_t nparked;            /* of those, WAITING */
+  weft_task *free_recs;      /* recycled records */
+  weft__slab *slabs;         /* all record memory */
+  size_t stack_size;         /* default for its tasks */
   weft_loop *next_on_thread; /* the thread's older loops (weft_loop_current) */
-  int running;              /* inside weft_loop_run */
-  int stop;                 /* weft_loop_stop was called */
+  int running;               /* inside weft_loop_run */
+  int stop;                  /* weft_loop_stop was called */
 };
 
 /* The generator running on this thread (innermost), or NULL. gen.c. */

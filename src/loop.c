@@ -24,7 +24,8 @@ static int backend_known(const char *name) {
 }
 
 weft_loop *weft_loop_new(const weft_config *cfg) {
-  const char *backend = cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
+  const char *backend =
+      cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
   if (!backend_known(backend)) {
     errno = EINVAL;
     return NULL;

@@ -17,7 +17,7 @@
 
 /* Slots per chunk: the first chunk of a size is small, so a program with a
  * few tasks maps little; each next one doubles, up to about 1 GiB. */
-#define CHUNK_FIRST 16
+#define CHUNK_FIRST     16
 #define CHUNK_MAX_BYTES ((size_t)1 << 30)
 
 typedef struct chunk {
@@ -35,9 +35,9 @@ struct weft__stack_class {
   chunk *chunks;           /* where fresh slots come from */
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
   size_t nwarm;
-  char **cold;             /* freed slots whose pages went back */
+  char **cold; /* freed slots whose pages went back */
   size_t ncold, capcold;
-  size_t out;              /* stacks of this class in use */
+  size_t out; /* stacks of this class in use */
 };
 
 static __thread weft__stack_class *classes;
@@ -46,7 +46,9 @@ static size_t page_size;
  * slot; a race between threads probing at once is benign (same answer). */
 static int guard_mode = -1;
 
-int weft__stack_guard_mode(void) { return __atomic_load_n(&guard_mode, __ATOMIC_RELAXED); }
+int weft__stack_guard_mode(void) {
+  return __atomic_load_n(&guard_mode, __ATOMIC_RELAXED);
+}
 
 static size_t page(void) {
   if (!page_size)
@@ -160,7 +162,9 @@ static void close_slot(weft__stack *s) {
   (void)s;
 }
 
-static char *slot_of(weft__stack *s) { return (char *)s->region.lo - s->region.guard; }
+static char *slot_of(weft__stack *s) {
+  return (char *)s->region.lo - s->region.guard;
+}
 
 weft__stack *weft__stack_acquire(size_t size) {
   weft__stack_class *c = class_for(weft__stack_round(size));
@@ -243,7 +247,9 @@ static void on_thread_exit(void *unused) {
   weft__stack_trim();
 }
 
-static void make_exit_key(void) { pthread_key_create(&exit_key, on_thread_exit); }
+static void make_exit_key(void) {
+  pthread_key_create(&exit_key, on_thread_exit);
+}
 
 void weft__stack_thread_init(void) {
   pthread_once(&exit_once, make_exit_key);

@@ -43,10 +43,10 @@ typedef struct weft__stack_class weft__stack_class;
 
 /* The descriptor, at the very top of its slot. */
 struct weft__stack {
-  weft__region region;      /* what the switch and the tools see */
-  weft__stack *next;        /* next warm stack in the pool */
-  weft__stack_class *cls;   /* the pool of this size */
-  unsigned vg_id;           /* Valgrind's stack id */
+  weft__region region;    /* what the switch and the tools see */
+  weft__stack *next;      /* next warm stack in the pool */
+  weft__stack_class *cls; /* the pool of this size */
+  unsigned vg_id;         /* Valgrind's stack id */
 };
 
 /* A stack of at least `size` bytes (0: the default), rounded up to pages.

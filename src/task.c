@@ -27,7 +27,8 @@ static weft_task *record_of(const weft_task *h) {
   if (!h)
     return NULL;
   weft_task *t = (weft_task *)((uintptr_t)h & ADDR_MASK);
-  if (t->state == TASK_FREE || t->gen_count != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
+  if (t->state == TASK_FREE ||
+      t->gen_count != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
     return NULL;
   return t;
 }
@@ -388,7 +389,8 @@ static size_t stack_used(const weft_task *t) {
 }
 
 void weft_dump(FILE *out) {
-  weft_loop *loop = weft__loop_running ? weft__loop_running : weft_loop_current();
+  weft_loop *loop =
+      weft__loop_running ? weft__loop_running : weft_loop_current();
   if (!out)
     return;
   if (!loop) {
@@ -400,9 +402,11 @@ void weft_dump(FILE *out) {
           "stack used/size", "name");
   for (const weft_task *t = loop->live; t; t = t->next_live) {
     char buf[32];
-    snprintf(buf, sizeof buf, "%zu/%zu", stack_used(t), t->stack->region.nominal);
+    snprintf(buf, sizeof buf, "%zu/%zu", stack_used(t),
+             t->stack->region.nominal);
     fprintf(out, "%8llu  %-8s %-12s %17s  %s%s\n", (unsigned long long)t->id,
             state_name(t), t->waits_on ? t->waits_on : "-", buf,
-            t->name ? t->name : "-", (t->flags & TASK_CANCELLED) ? " (cancelled)" : "");
+            t->name ? t->name : "-",
+            (t->flags & TASK_CANCELLED) ? " (cancelled)" : "");
   }
 }
