@@ -29,6 +29,12 @@
 extern "C" {
 #endif
 
+/* weft builds with hidden visibility; what this header declares is the
+ * library's exported interface. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Version                                                                   */
 
@@ -237,6 +243,10 @@ int weft_gen_free(weft_gen *g);
 
 /* True once g has returned, was closed, or was finished by a throw. */
 bool weft_gen_done(const weft_gen *g);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -12,15 +12,16 @@
  */
 #include "ctx.h"
 
-#include "tools.h"
-
 #include <stdlib.h>
 
 /* The stack now running on this thread, and the one that ran before the
  * last switch (ASan reports the latter's bounds on arrival). */
-static __thread weft__region *running;
-static __thread weft__region *previous;
-static __thread weft__region thread_region;
+WEFT__TLS weft__region *weft__ctx_cur;
+WEFT__TLS weft__region *weft__ctx_prev;
+static WEFT__TLS weft__region thread_region;
+
+#define running  weft__ctx_cur
+#define previous weft__ctx_prev
 
 weft__region *weft__ctx_running(void) {
   if (!running) {
@@ -68,8 +69,8 @@ void weft__ctx_started(weft__ctx *self) {
 #ifdef WEFT_CTX_UCONTEXT
 /* ucontext passes only ints to the entry function, so the entry and its
  * argument travel through these, set by the switch that starts a context. */
-static __thread weft__ctx *uc_target;
-static __thread void *uc_arg;
+static WEFT__TLS weft__ctx *uc_target;
+static WEFT__TLS void *uc_arg;
 
 static void uc_trampoline(void) {
   weft__ctx *self = uc_target;
@@ -135,12 +136,14 @@ static inline void *raw_switch(weft__ctx *from, weft__ctx *to, void *arg) {
 }
 #endif
 
+#if defined(WEFT_CTX_UCONTEXT) || defined(WEFT_ASAN) || defined(WEFT_TSAN)
 void *weft__ctx_switch(weft__ctx *from, weft__ctx *to, void *arg) {
   leaving(from, to, 0);
   arg = raw_switch(from, to, arg);
   arrived(from);
   return arg;
 }
+#endif
 
 void weft__ctx_exit(weft__ctx *from, weft__ctx *to, void *arg) {
   leaving(from, to, 1);

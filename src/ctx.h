@@ -18,12 +18,20 @@
 #ifndef WEFT_CTX_H
 #define WEFT_CTX_H
 
+#include "tools.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 #ifdef WEFT_CTX_UCONTEXT
 #include <ucontext.h>
 #endif
+
+/* Thread-local state of weft. initial-exec makes each access one load off
+ * the thread pointer, where the default model for position-independent code
+ * calls __tls_get_addr on every access: that call would cost more than the
+ * context switch it serves. */
+#define WEFT__TLS __thread __attribute__((tls_model("initial-exec")))
 
 /* A stack region, as the tools see it. Every task, every generator and each
  * thread's original stack has one. */
@@ -55,10 +63,6 @@ typedef struct weft__ctx {
  * must never return: it ends by switching away with weft__ctx_exit. */
 void weft__ctx_make(weft__ctx *c, weft__region *r, void (*entry)(void *));
 
-/* Suspends the running flow into `from` and resumes `to`, handing it `arg`.
- * Returns the value handed back by whoever resumes `from` later. */
-void *weft__ctx_switch(weft__ctx *from, weft__ctx *to, void *arg);
-
 /* As weft__ctx_switch, for a flow that will never be resumed: the tools are
  * told its stack is gone. */
 void weft__ctx_exit(weft__ctx *from, weft__ctx *to, void *arg)
@@ -77,5 +81,32 @@ weft__region *weft__ctx_running(void);
  * in *save_sp, loads new_sp, pops and returns `arg` on the other side. A
  * fresh context (weft__ctx_make) receives `arg` as entry's argument. */
 void *weft__ctx_jump(void **save_sp, void *new_sp, void *arg);
+
+/* The running region, and the one that ran before the last switch. Read
+ * through weft__ctx_running(), which fills in the thread's own region. */
+extern WEFT__TLS weft__region *weft__ctx_cur;
+extern WEFT__TLS weft__region *weft__ctx_prev;
+
+/* Suspends the running flow into `from` and resumes `to`, handing it `arg`.
+ * Returns the value handed back by whoever resumes `from` later.
+ *
+ * Builds that must tell a sanitizer about each switch, and the ucontext
+ * build, call the out-of-line version in ctx.c. The plain assembly build
+ * inlines this, so that a switch costs the bookkeeping of three stores and
+ * the jump itself. */
+#if defined(WEFT_CTX_UCONTEXT) || defined(WEFT_ASAN) || defined(WEFT_TSAN)
+void *weft__ctx_switch(weft__ctx *from, weft__ctx *to, void *arg);
+#else
+static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
+                                     void *arg) {
+  weft__region *self = weft__ctx_cur;
+  if (__builtin_expect(!self, 0))
+    self = weft__ctx_running();
+  from->region = self;
+  weft__ctx_prev = self;
+  weft__ctx_cur = to->region;
+  return weft__ctx_jump(&from->sp, to->sp, arg);
+}
+#endif
 
 #endif

@@ -24,7 +24,7 @@ struct weft_gen {
   uint8_t state;                   /* GEN_* */
 };
 
-__thread weft_gen *weft__gen_running;
+WEFT__TLS weft_gen *weft__gen_running;
 
 static void gen_entry(void *p) {
   weft_gen *g = p;

@@ -75,15 +75,17 @@ struct weft_loop {
   weft__slab *slabs;         /* all record memory */
   size_t stack_size;         /* default for its tasks */
   weft_loop *next_on_thread; /* the thread's older loops (weft_loop_current) */
+  weft_task *dead;           /* ended; its stack awaits release (reap) */
+  unsigned batch;            /* hand-offs left before the loop runs again */
   int running;               /* inside weft_loop_run */
   int stop;                  /* weft_loop_stop was called */
 };
 
 /* The generator running on this thread (innermost), or NULL. gen.c. */
-extern __thread weft_gen *weft__gen_running;
+extern WEFT__TLS weft_gen *weft__gen_running;
 
 /* The loop running on this thread, or NULL outside weft_loop_run. */
-extern __thread weft_loop *weft__loop_running;
+extern WEFT__TLS weft_loop *weft__loop_running;
 
 /* Suspends the running task until weft__wake(t, rc) and returns rc; `what`
  * shows in weft_dump. If the task is cancelled while parked, undo(t, arg)
@@ -96,8 +98,13 @@ int weft__park(const char *what, weft__undo_fn undo, void *arg);
  * task that is not parked. */
 void weft__wake(weft_task *t, int rc);
 
-/* Runs the ready tasks once each, in order (task.c); returns how many ran. */
-size_t weft__run_ready(weft_loop *loop);
+/* Runs ready tasks, in order, until none is ready or WEFT__BATCH of them
+ * have run; tasks hand the CPU to each other directly, and the loop gets it
+ * back at the end (task.c). */
+void weft__run_ready(weft_loop *loop);
+
+/* Task switches in one turn of the loop before it looks at timers and I/O. */
+#define WEFT__BATCH 64
 
 /* Cancels every parked task of the loop: they can never be woken (task.c). */
 void weft__cancel_parked(weft_loop *loop);

@@ -11,7 +11,7 @@
 #include <time.h>
 
 /* This thread's loops, newest first: the head is weft_loop_current(). */
-static __thread weft_loop *thread_loops;
+static WEFT__TLS weft_loop *thread_loops;
 
 int64_t weft_now(void) {
   struct timespec ts;

@@ -22,7 +22,7 @@
 
 static struct sigaction previous_segv;
 static pthread_once_t handler_once = PTHREAD_ONCE_INIT;
-static __thread int have_altstack;
+static WEFT__TLS int have_altstack;
 
 static char *put_str(char *p, const char *s) {
   while (*s)

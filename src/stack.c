@@ -40,7 +40,7 @@ struct weft__stack_class {
   size_t out; /* stacks of this class in use */
 };
 
-static __thread weft__stack_class *classes;
+static WEFT__TLS weft__stack_class *classes;
 static size_t page_size;
 /* 1 MADV_GUARD_INSTALL, 0 mprotect, -1 not probed. Probed on the first
  * slot; a race between threads probing at once is benign (same answer). */

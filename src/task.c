@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
-__thread weft_loop *weft__loop_running;
+WEFT__TLS weft_loop *weft__loop_running;
 
 /* ---- handles ----------------------------------------------------------
  * A weft_task * given to users carries the record's generation in its top
@@ -44,7 +44,7 @@ static weft_task *record_of(const weft_task *h) {
  * spawn does not pay for an atomic operation. */
 #define ID_BLOCK 1024
 static uint64_t id_counter = 1;
-static __thread uint64_t id_next, id_end;
+static WEFT__TLS uint64_t id_next, id_end;
 
 uint64_t weft__next_id(void) {
   if (id_next == id_end) {
@@ -119,62 +119,94 @@ static void unlink_live(weft_loop *loop, weft_task *t) {
   loop->nlive--;
 }
 
-/* ---- switching -------------------------------------------------------- */
+/* ---- switching --------------------------------------------------------
+ * A task that blocks, yields or ends hands the CPU straight to the next
+ * ready task: one switch, not two through the loop. The loop gets the CPU
+ * back when nothing is ready, when a turn's WEFT__BATCH hand-offs are used
+ * up (so timers and I/O are looked at), or when it was asked to stop.
+ *
+ * A task that ends cannot free the stack it is running on; it leaves
+ * itself in loop->dead and whoever runs next calls reap(). */
 static weft_task *running_task(void) {
   weft_loop *loop = weft__loop_running;
   return loop ? loop->current : NULL;
 }
 
-/* Switches from the running task to its loop; returns when resumed. errno
- * and the innermost generator belong to the task, so they travel with it. */
+/* In whatever context runs after a task ended, off its stack. */
+static void reap(weft_loop *loop) {
+  weft_task *t = loop->dead;
+  loop->dead = NULL;
+  weft__stack_release(t->stack);
+  t->stack = NULL;
+  if (t->flags & TASK_DETACHED)
+    record_free(loop, t);
+}
+
+/* Who runs after the current task: the next ready one, or NULL for the
+ * loop itself. */
+static weft_task *pick_next(weft_loop *loop) {
+  if (!loop->ready_head || loop->batch == 0 || loop->stop)
+    return NULL;
+  loop->batch--;
+  weft_task *next = pop_ready(loop);
+  next->state = TASK_RUNNING;
+  return next;
+}
+
+/* Switches from `from` to `next` (NULL: the loop). The task is handed over
+ * as the switch's value: a fresh task's entry receives it as its argument. */
+static void switch_to(weft_loop *loop, weft__ctx *from, weft_task *next) {
+  loop->current = next;
+  weft__ctx_switch(from, next ? &next->ctx : &loop->ctx, next);
+}
+
+/* Switches away from the running task t until something makes it run
+ * again. errno and the innermost generator belong to the task, so they
+ * travel with it. */
 static void suspend(weft_task *t) {
+  weft_loop *loop = t->loop;
+  weft_task *next = pick_next(loop);
+  if (next == t)
+    return; /* it yielded and is the only one ready: carry on */
   t->saved_errno = errno;
   t->gen = weft__gen_running;
-  weft__ctx_switch(&t->ctx, &t->loop->ctx, NULL);
+  switch_to(loop, &t->ctx, next);
+  if (__builtin_expect(loop->dead != NULL, 0))
+    reap(loop);
   weft__gen_running = t->gen;
   errno = t->saved_errno;
 }
 
 static void task_entry(void *p) {
   weft_task *t = p;
+  weft_loop *loop = t->loop;
   weft__ctx_started(&t->ctx);
+  if (loop->dead)
+    reap(loop);
   weft__gen_running = NULL;
   errno = 0;
   t->result = t->fn(t->arg);
+  /* The end: everything but the stack is settled here, so a joiner is
+   * ready before the next task is picked. */
   t->state = TASK_DONE;
-  /* The loop releases the stack: we are still running on it. */
-  weft__ctx_exit(&t->ctx, &t->loop->ctx, NULL);
-}
-
-/* In the loop's context, after a task has ended. */
-static void finished(weft_loop *loop, weft_task *t) {
-  weft__stack_release(t->stack);
-  t->stack = NULL;
   unlink_live(loop, t);
   if (t->joiner)
     weft__wake(t->joiner, 0);
-  if (t->flags & TASK_DETACHED)
-    record_free(loop, t);
+  loop->dead = t;
+  weft_task *next = pick_next(loop);
+  loop->current = next;
+  weft__ctx_exit(&t->ctx, next ? &next->ctx : &loop->ctx, next);
 }
 
-size_t weft__run_ready(weft_loop *loop) {
-  size_t n = 0;
-  weft_task *last = loop->ready_tail;
-  while (loop->ready_head) {
-    weft_task *t = pop_ready(loop);
-    int was_last = t == last;
-    t->state = TASK_RUNNING;
-    loop->current = t;
-    weft__ctx_switch(&loop->ctx, &t->ctx, t);
-    loop->current = NULL;
-    weft__gen_running = NULL;
-    if (t->state == TASK_DONE)
-      finished(loop, t);
-    n++;
-    if (was_last)
-      break;
-  }
-  return n;
+void weft__run_ready(weft_loop *loop) {
+  loop->batch = WEFT__BATCH - 1;
+  weft_task *t = pop_ready(loop);
+  t->state = TASK_RUNNING;
+  switch_to(loop, &loop->ctx, t);
+  loop->current = NULL;
+  weft__gen_running = NULL;
+  if (loop->dead)
+    reap(loop);
 }
 
 /* ---- parking ---------------------------------------------------------- */
@@ -248,9 +280,19 @@ weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
   weft_task *t = record_new(loop);
   if (!t)
     return NULL;
-  uint16_t gen_count = t->gen_count;
-  memset(t, 0, sizeof *t);
-  t->gen_count = gen_count;
+  /* Every field is set here (no memset: this is the spawn path), except
+   * gen_count, which survives recycling, and ctx, set by weft__ctx_make. */
+  t->name = NULL;
+  t->flags = 0;
+  t->result = NULL;
+  t->joiner = NULL;
+  t->waits_on = NULL;
+  t->undo = NULL;
+  t->undo_arg = NULL;
+  t->gen = NULL;
+  t->wake_rc = 0;
+  t->saved_errno = 0;
+  t->prev_live = NULL;
   if (opts && opts->name && !(t->name = weft__strdup(opts->name)))
     goto fail;
   t->stack = weft__stack_acquire(opts && opts->stack_size ? opts->stack_size
