@@ -20,11 +20,13 @@
 #define CHUNK_FIRST     16
 #define CHUNK_MAX_BYTES ((size_t)1 << 30)
 
-typedef struct chunk {
-  struct chunk *next; /* the class's chunks, newest first */
-  char *base;         /* the mapping */
-  size_t slots;       /* slots in it */
-  size_t used;        /* slots handed out at least once (bump pointer) */
+typedef struct weft__chunk {
+  struct weft__chunk *next; /* the class's chunks, newest first */
+  char *base;               /* the mapping */
+  size_t slots;             /* slots in it */
+  size_t used;              /* slots opened since it was mapped or emptied */
+  size_t guarded;           /* slots whose guard is in place */
+  size_t out;               /* slots acquired and not released */
 } chunk;
 
 /* The pool of one stack size on one thread. */
@@ -32,11 +34,9 @@ struct weft__stack_class {
   weft__stack_class *next; /* the thread's other sizes */
   size_t size;             /* slot bytes: guard + usable + header */
   size_t nominal;          /* the size asked for, rounded to pages */
-  chunk *chunks;           /* where fresh slots come from */
+  chunk *chunks;           /* every mapping of this size */
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
   size_t nwarm;
-  char **cold; /* freed slots whose pages went back */
-  size_t ncold, capcold;
   size_t out; /* stacks of this class in use */
 };
 
@@ -97,47 +97,57 @@ static int install_guard(char *slot) {
   return mprotect(slot, page(), PROT_NONE) == 0 ? 0 : -errno;
 }
 
-/* A slot never handed out before, from the newest chunk or a new one. */
-static char *fresh_slot(weft__stack_class *c) {
-  chunk *k = c->chunks;
-  if (!k || k->used == k->slots) {
-    size_t n = k ? k->slots * 2 : CHUNK_FIRST;
-    if (n * c->size > CHUNK_MAX_BYTES)
-      n = CHUNK_MAX_BYTES / c->size ? CHUNK_MAX_BYTES / c->size : 1;
-    chunk *nk = weft__malloc(sizeof *nk);
-    if (!nk)
-      return NULL;
-    void *base = mmap(NULL, n * c->size, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
-      weft__free(nk);
-      errno = ENOMEM;
-      return NULL;
-    }
-    nk->base = base;
-    nk->slots = n;
-    nk->used = 0;
-    nk->next = k;
-    c->chunks = k = nk;
-  }
-  char *slot = k->base + k->used * c->size;
-  int rc = install_guard(slot);
-  if (rc < 0) {
+static chunk *map_chunk(weft__stack_class *c) {
+  size_t n = c->chunks ? c->chunks->slots * 2 : CHUNK_FIRST;
+  if (n * c->size > CHUNK_MAX_BYTES)
+    n = CHUNK_MAX_BYTES / c->size ? CHUNK_MAX_BYTES / c->size : 1;
+  chunk *k = weft__calloc(1, sizeof *k);
+  if (!k)
+    return NULL;
+  void *base = mmap(NULL, n * c->size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    weft__free(k);
     errno = ENOMEM;
     return NULL;
   }
+  k->base = base;
+  k->slots = n;
+  k->next = c->chunks;
+  c->chunks = k;
+  return k;
+}
+
+/* A slot with no descriptor: from a chunk with room (an emptied one first
+ * found, else the newest), or from a new chunk. */
+static char *fresh_slot(weft__stack_class *c, chunk **kp) {
+  chunk *k = c->chunks;
+  while (k && k->used == k->slots)
+    k = k->next;
+  if (!k && !(k = map_chunk(c)))
+    return NULL;
+  char *slot = k->base + k->used * c->size;
+  if (k->used == k->guarded) {
+    if (install_guard(slot) < 0) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    k->guarded++;
+  }
   k->used++;
+  *kp = k;
   return slot;
 }
 
-/* Writes the descriptor of `slot` and tells the tools about the stack. */
 _Static_assert(sizeof(weft__stack) <= WEFT__STACK_HEADER, "header too small");
 
-static weft__stack *open_slot(weft__stack_class *c, char *slot) {
+/* Writes the descriptor of `slot` and tells the tools about the stack. */
+static weft__stack *open_slot(weft__stack_class *c, chunk *k, char *slot) {
   char *top = slot + c->size;
   weft__stack *s = (weft__stack *)(top - WEFT__STACK_HEADER);
   memset(s, 0, sizeof *s);
   s->cls = c;
+  s->chunk = k;
   s->region.guard = page();
   s->region.lo = slot + page();
   s->region.size = (size_t)((char *)s - (slot + page()));
@@ -162,8 +172,23 @@ static void close_slot(weft__stack *s) {
   (void)s;
 }
 
-static char *slot_of(weft__stack *s) {
-  return (char *)s->region.lo - s->region.guard;
+static void warm_push(weft__stack_class *c, weft__stack *s) {
+  s->prev = NULL;
+  s->next = c->warm;
+  if (c->warm)
+    c->warm->prev = s;
+  c->warm = s;
+  c->nwarm++;
+}
+
+static void warm_unlink(weft__stack_class *c, weft__stack *s) {
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    c->warm = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  c->nwarm--;
 }
 
 weft__stack *weft__stack_acquire(size_t size) {
@@ -172,49 +197,42 @@ weft__stack *weft__stack_acquire(size_t size) {
     return NULL;
   weft__stack *s = c->warm;
   if (s) {
-    c->warm = s->next;
-    c->nwarm--;
-    s->next = NULL;
+    warm_unlink(c, s);
     s->region.owner_id = 0;
     s->region.owner_name = NULL;
     s->region.is_gen = 0;
   } else {
-    char *slot = c->ncold ? c->cold[--c->ncold] : fresh_slot(c);
+    chunk *k;
+    char *slot = fresh_slot(c, &k);
     if (!slot)
       return NULL;
-    s = open_slot(c, slot);
+    s = open_slot(c, k, slot);
   }
+  s->chunk->out++;
   c->out++;
   return s;
 }
 
+/* Every slot of k is free and there are warm stacks to spare: give all of
+ * k's pages back at once and let its slots be handed out as fresh ones. */
+static void empty_chunk(weft__stack_class *c, chunk *k) {
+  for (size_t i = 0; i < k->used; i++) {
+    char *top = k->base + (i + 1) * c->size;
+    weft__stack *s = (weft__stack *)(top - WEFT__STACK_HEADER);
+    warm_unlink(c, s);
+    close_slot(s);
+  }
+  madvise(k->base, k->slots * c->size, MADV_DONTNEED);
+  k->used = 0;
+}
+
 void weft__stack_release(weft__stack *s) {
   weft__stack_class *c = s->cls;
+  chunk *k = s->chunk;
   c->out--;
-  if (c->nwarm < WEFT__STACK_WARM_MAX) {
-    s->next = c->warm;
-    c->warm = s;
-    c->nwarm++;
-    return;
-  }
-  /* Enough warm stacks: give this one's pages back, keep its slot. The
-   * guard survives MADV_DONTNEED (guard markers and PROT_NONE alike). */
-  char *slot = slot_of(s);
-  if (c->ncold == c->capcold) {
-    size_t cap = c->capcold ? c->capcold * 2 : 64;
-    char **v = weft__realloc(c->cold, cap * sizeof *v);
-    if (!v) { /* keep it warm rather than lose it */
-      s->next = c->warm;
-      c->warm = s;
-      c->nwarm++;
-      return;
-    }
-    c->cold = v;
-    c->capcold = cap;
-  }
-  close_slot(s);
-  madvise(slot + page(), c->size - page(), MADV_DONTNEED);
-  c->cold[c->ncold++] = slot;
+  warm_push(c, s);
+  if (--k->out == 0 && c->nwarm > WEFT__STACK_WARM_MAX + k->used)
+    empty_chunk(c, k);
 }
 
 int weft__stack_trim(void) {
@@ -232,7 +250,6 @@ int weft__stack_trim(void) {
       munmap(k->base, k->slots * c->size);
       weft__free(k);
     }
-    weft__free(c->cold);
     weft__free(c);
   }
   return 1;
