@@ -11,6 +11,7 @@ run() {
   "$bin/$name"
 }
 
+run hello      "the README's example: two tasks, joined"
 run countdown  "seed 000's TaskScheduler: three tasks taking turns"
 run generators "seed 000's generators: send, throw, close, yield from"
 printf '\n=== the tour finished\n'
