@@ -82,6 +82,10 @@ weft__region *weft__ctx_running(void);
  * fresh context (weft__ctx_make) receives `arg` as entry's argument. */
 void *weft__ctx_jump(void **save_sp, void *new_sp, void *arg);
 
+/* The same code under a second name, returning the value as an int, so that
+ * an int-returning caller can end in a tail call to it. */
+int weft__ctx_jump_int(void **save_sp, void *new_sp, intptr_t value);
+
 /* The running region, and the one that ran before the last switch. Read
  * through weft__ctx_running(), which fills in the thread's own region. */
 extern WEFT__TLS weft__region *weft__ctx_cur;
@@ -96,6 +100,11 @@ extern WEFT__TLS weft__region *weft__ctx_prev;
  * the jump itself. */
 #if defined(WEFT_CTX_UCONTEXT) || defined(WEFT_ASAN) || defined(WEFT_TSAN)
 void *weft__ctx_switch(weft__ctx *from, weft__ctx *to, void *arg);
+
+static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
+                                       int value) {
+  return (int)(intptr_t)weft__ctx_switch(from, to, (void *)(intptr_t)value);
+}
 #else
 static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
                                      void *arg) {
@@ -106,6 +115,20 @@ static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
   weft__ctx_prev = self;
   weft__ctx_cur = to->region;
   return weft__ctx_jump(&from->sp, to->sp, arg);
+}
+
+/* As weft__ctx_switch, passing an int. A caller that has nothing left to do
+ * after the switch can `return` this, and the compiler makes it a tail
+ * call: the switch then returns straight to that caller's caller. */
+static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
+                                       int value) {
+  weft__region *self = weft__ctx_cur;
+  if (__builtin_expect(!self, 0))
+    self = weft__ctx_running();
+  from->region = self;
+  weft__ctx_prev = self;
+  weft__ctx_cur = to->region;
+  return weft__ctx_jump_int(&from->sp, to->sp, value);
 }
 #endif
 

@@ -31,8 +31,12 @@
 	.globl weft__ctx_jump
 	.hidden weft__ctx_jump
 	.type weft__ctx_jump,%function
+	.globl weft__ctx_jump_int
+	.hidden weft__ctx_jump_int
+	.type weft__ctx_jump_int,%function
 	.p2align 4
 weft__ctx_jump:
+weft__ctx_jump_int:
 	.cfi_startproc
 	sub sp, sp, #176
 	stp d8, d9, [sp, #0]
@@ -67,6 +71,7 @@ weft__ctx_jump:
 	ret
 	.cfi_endproc
 	.size weft__ctx_jump,.-weft__ctx_jump
+	.size weft__ctx_jump_int,.-weft__ctx_jump_int
 
 /* A fresh context's first `ret` lands here with x19 = entry, x0 = arg and
  * x29 = 0, which ends a debugger's backtrace. entry never returns. */

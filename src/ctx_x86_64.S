@@ -26,16 +26,8 @@
  * `arg` comes back in rax (the return value) and also in rdi, so that a
  * fresh context receives it as entry's first argument.
  */
-	.text
-	.globl weft__ctx_jump
-	.hidden weft__ctx_jump
-	.type weft__ctx_jump,@function
-	.p2align 4
-weft__ctx_jump:
-	.cfi_startproc
-#ifdef __CET__
-	endbr64
-#endif
+/* The body of both entry points below; they differ only in how they leave. */
+.macro SWITCH_BODY
 	pushq %rbp
 	pushq %rbx
 	pushq %r15
@@ -58,9 +50,37 @@ weft__ctx_jump:
 	popq %rbp
 	movq %rdx, %rax
 	movq %rdx, %rdi
+.endm
+
+	.text
+/* Called (tasks): both sides usually suspended at the same call site, so
+ * the return-address predictor's top entry is right and `ret` is cheap. */
+	.globl weft__ctx_jump
+	.hidden weft__ctx_jump
+	.type weft__ctx_jump,@function
+	.p2align 4
+weft__ctx_jump:
+	.cfi_startproc
+	SWITCH_BODY
 	ret
 	.cfi_endproc
 	.size weft__ctx_jump,.-weft__ctx_jump
+
+/* Tail-called (generators): nothing was pushed on the return-address
+ * predictor for this jump, so a `ret` would pop the user's own call site
+ * and mispredict every time. An indirect jump is predicted from its own
+ * history instead, which a send/yield ping-pong makes regular. */
+	.globl weft__ctx_jump_int
+	.hidden weft__ctx_jump_int
+	.type weft__ctx_jump_int,@function
+	.p2align 4
+weft__ctx_jump_int:
+	.cfi_startproc
+	SWITCH_BODY
+	popq %rcx
+	jmp *%rcx
+	.cfi_endproc
+	.size weft__ctx_jump_int,.-weft__ctx_jump_int
 
 /* The first "return" of a fresh context lands here with rsp 16-byte aligned,
  * r12 = entry and rdi = arg. entry never returns; if it did, ud2 traps. The
