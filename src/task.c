@@ -72,6 +72,7 @@ static weft_task *record_new(weft_loop *loop) {
     for (int i = SLAB_RECORDS - 1; i >= 0; i--) {
       s->recs[i].state = TASK_FREE;
       s->recs[i].gen_count = 0;
+      s->recs[i].name = NULL;
       s->recs[i].next_ready = loop->free_recs;
       loop->free_recs = &s->recs[i];
     }
