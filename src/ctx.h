@@ -105,6 +105,11 @@ static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
                                        int value) {
   return (int)(intptr_t)weft__ctx_switch(from, to, (void *)(intptr_t)value);
 }
+
+static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to,
+                                   void *arg) {
+  weft__ctx_exit(from, to, arg);
+}
 #else
 static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
                                      void *arg) {
@@ -129,6 +134,18 @@ static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
   weft__ctx_prev = self;
   weft__ctx_cur = to->region;
   return weft__ctx_jump_int(&from->sp, to->sp, value);
+}
+
+/* weft__ctx_exit, inlined: for the last statement of an entry function,
+ * where the compiler makes it a tail jump, so the switch leaves no entry on
+ * the return-address predictor behind it. */
+static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to,
+                                   void *arg) {
+  weft__region *self = weft__ctx_cur;
+  from->region = self;
+  weft__ctx_prev = self;
+  weft__ctx_cur = to->region;
+  weft__ctx_jump(&from->sp, to->sp, arg);
 }
 #endif
 

@@ -53,8 +53,13 @@
 .endm
 
 	.text
-/* Called (tasks): both sides usually suspended at the same call site, so
- * the return-address predictor's top entry is right and `ret` is cheap. */
+/* Called (tasks). The return-address predictor pairs this jump's `ret` with
+ * the `call` that suspended the side being resumed whenever tasks switch
+ * like calls and returns (a task parks, another runs and ends or parks, the
+ * first resumes), so `ret` is the right exit, except into a fresh context:
+ * nothing called into it, and popping the predictor there would leave it
+ * one off for every return that follows. A fresh context is entered with
+ * an indirect jump instead. */
 	.globl weft__ctx_jump
 	.hidden weft__ctx_jump
 	.type weft__ctx_jump,@function
@@ -62,7 +67,12 @@
 weft__ctx_jump:
 	.cfi_startproc
 	SWITCH_BODY
+	leaq weft__ctx_trampoline(%rip), %rcx
+	cmpq %rcx, (%rsp)
+	je 1f
 	ret
+1:	popq %rcx
+	jmp *%rcx
 	.cfi_endproc
 	.size weft__ctx_jump,.-weft__ctx_jump
 
@@ -82,9 +92,11 @@ weft__ctx_jump_int:
 	.cfi_endproc
 	.size weft__ctx_jump_int,.-weft__ctx_jump_int
 
-/* The first "return" of a fresh context lands here with rsp 16-byte aligned,
- * r12 = entry and rdi = arg. entry never returns; if it did, ud2 traps. The
- * undefined return address ends a debugger's backtrace here. */
+/* A fresh context's first switch lands here with rsp 16-byte aligned,
+ * r12 = entry and rdi = arg. entry is jumped to, not called (a call would
+ * push a return-predictor entry that no return ever pops), with a zero
+ * return address pushed so that its stack is aligned as after a call and a
+ * debugger's backtrace ends here. entry never returns. */
 	.globl weft__ctx_trampoline
 	.hidden weft__ctx_trampoline
 	.type weft__ctx_trampoline,@function
@@ -92,8 +104,8 @@ weft__ctx_jump_int:
 weft__ctx_trampoline:
 	.cfi_startproc
 	.cfi_undefined rip
-	call *%r12
-	ud2
+	pushq $0
+	jmp *%r12
 	.cfi_endproc
 	.size weft__ctx_trampoline,.-weft__ctx_trampoline
 

@@ -70,12 +70,13 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
   /* Not ours: hand it on as if weft had never been there. */
   if (previous_segv.sa_flags & SA_SIGINFO) {
     previous_segv.sa_sigaction(sig, si, uc);
-  } else if (previous_segv.sa_handler == SIG_IGN) {
-    return;
-  } else if (previous_segv.sa_handler == SIG_DFL) {
+  } else if (previous_segv.sa_handler == SIG_DFL ||
+             previous_segv.sa_handler == SIG_IGN) {
     /* Returning re-runs the faulting instruction, which now kills the
-     * process the default way (with a core dump if enabled). */
-    sigaction(SIGSEGV, &previous_segv, NULL);
+     * process the default way (with a core dump if enabled). An ignored
+     * SIGSEGV gets the same: the kernel kills a process that ignores a
+     * fault it cannot step over, and returning with SIG_IGN would loop. */
+    signal(SIGSEGV, SIG_DFL);
   } else {
     previous_segv.sa_handler(sig);
   }

@@ -196,7 +196,7 @@ static void task_entry(void *p) {
   loop->dead = t;
   weft_task *next = pick_next(loop);
   loop->current = next;
-  weft__ctx_exit(&t->ctx, next ? &next->ctx : &loop->ctx, next);
+  weft__ctx_leave(&t->ctx, next ? &next->ctx : &loop->ctx, next);
 }
 
 void weft__run_ready(weft_loop *loop) {
