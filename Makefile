@@ -1,0 +1,118 @@
+# A thin wrapper around CMake. Every configuration builds in a directory of
+# its own, so `make asan` never forces a rebuild of `make`'s tree:
+#
+#   make                  library, examples, tests, benchmarks in build/
+#   make test             the above, then every test (ctest -j2)
+#   make demo             the above, then examples/demo.sh
+#   make install [PREFIX=/usr/local] [DESTDIR=...]
+#   make asan             ASan+UBSan build in build-asan, all tests
+#   make tsan             TSan build in build-tsan, all tests
+#   make valgrind         all tests under valgrind memcheck, in build-valgrind
+#   make ucontext         the ucontext context switch, in build-ucontext
+#   make aarch64          cross build in build-aarch64, tests under qemu-user
+#   make bench [ONLY=name]  bench/run.sh [name]
+#   make clean
+#
+# Each target first runs scripts/deps.sh for what it needs; a missing package
+# stops it with the apt-get line to run.
+
+PREFIX ?= /usr/local
+ONLY ?=
+JOBS ?= $(shell nproc 2> /dev/null || echo 2)
+CMAKE ?= cmake
+CTEST ?= ctest
+CTEST_FLAGS ?= --output-on-failure -j2 --no-tests=error
+DEPS := bash scripts/deps.sh
+
+# Every test under memcheck: any error, or a definitely or indirectly lost
+# block, makes the test fail (exit 99). CMake wants the command as a list.
+VALGRIND ?= valgrind --error-exitcode=99 --leak-check=full \
+  --errors-for-leak-kinds=definite,indirect \
+  --show-leak-kinds=definite,indirect -q
+space := $(subst ,, )
+VALGRIND_LAUNCHER = $(subst $(space),;,$(strip $(VALGRIND)))
+
+# The extra configurations only run the tests: the benchmarks would just
+# cost build time (and, cross, need the comparison libraries for aarch64).
+VARIANT_FLAGS := -DWEFT_BUILD_BENCH=OFF
+
+# A failing UBSan check prints its stack; ASan's defaults are kept.
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+
+BUILD_DIRS := build build-asan build-tsan build-valgrind build-ucontext \
+              build-aarch64
+
+# The recipes hand their own -j to CMake's build; running two of them at once
+# in the same tree (`make -j test demo`) would race, so make stays serial.
+.NOTPARALLEL:
+.PHONY: all build test demo install asan tsan valgrind ucontext aarch64 \
+        bench clean
+
+all: build
+
+# CMake's build runs its own make. Without this it would inherit our
+# MAKEFLAGS (a jobserver it cannot reach, warnings) and MAKELEVEL (an
+# "Entering directory" line for every step).
+SUBMAKE_ENV := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
+
+# $(call configure,DIR,CMAKE-ARGS...): (re)configure and build DIR. Running
+# cmake each time is cheap and keeps DIR's options what this file says.
+define configure
+	$(CMAKE) -S . -B $(1) $(2)
+	$(SUBMAKE_ENV) $(CMAKE) --build $(1) -j $(JOBS)
+endef
+
+# $(call variant,DIR,CMAKE-ARGS...): build DIR, then run every test in it.
+define variant
+	$(call configure,$(1),$(VARIANT_FLAGS) $(2))
+	cd $(1) && $(CTEST) $(CTEST_FLAGS)
+endef
+
+build:
+	@$(DEPS) core
+	$(call configure,build,)
+
+test: build
+	cd build && $(CTEST) $(CTEST_FLAGS)
+
+demo: build
+	@if [ -f examples/demo.sh ]; then \
+	  bash examples/demo.sh build/examples; \
+	else \
+	  echo "make demo: examples/demo.sh does not exist yet"; \
+	fi
+
+install: build
+	$(if $(DESTDIR),DESTDIR=$(DESTDIR) )$(CMAKE) --install build --prefix $(PREFIX)
+
+asan:
+	@$(DEPS) core
+	$(call variant,build-asan,-DWEFT_SANITIZE=address)
+
+tsan:
+	@$(DEPS) core
+	$(call variant,build-tsan,-DWEFT_SANITIZE=thread)
+
+valgrind:
+	@$(DEPS) core valgrind
+	$(call variant,build-valgrind,'-DWEFT_TEST_LAUNCHER=$(VALGRIND_LAUNCHER)')
+
+ucontext:
+	@$(DEPS) core
+	$(call variant,build-ucontext,-DWEFT_CTX=ucontext)
+
+# The toolchain file also makes qemu-aarch64 the tests' launcher.
+aarch64:
+	@$(DEPS) core aarch64
+	$(call variant,build-aarch64,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake)
+
+bench: build
+	@$(DEPS) bench
+	@if [ -f bench/run.sh ]; then \
+	  WEFT_BUILD_DIR=$(CURDIR)/build bash bench/run.sh $(ONLY); \
+	else \
+	  echo "make bench: bench/run.sh does not exist yet"; exit 1; \
+	fi
+
+clean:
+	rm -rf $(BUILD_DIRS)
