@@ -81,16 +81,36 @@ static weft__stack_class *class_for(size_t nominal) {
   return c;
 }
 
+/* Whether the page at `addr` really refuses access: the kernel reports
+ * EFAULT for a write(2) from it, where a plain read would fault the
+ * process. Needed once, because an emulator (qemu-user) can accept advice
+ * it does not act on and say it succeeded. */
+static int guard_works(const char *addr) {
+  int p[2];
+  if (pipe(p) != 0)
+    return 1; /* cannot tell: trust the kernel's answer */
+  ssize_t n = write(p[1], addr, 1);
+  int refused = n < 0 && errno == EFAULT;
+  close(p[0]);
+  close(p[1]);
+  return refused;
+}
+
 static int install_guard(char *slot) {
   int mode = weft__stack_guard_mode();
   if (mode != 0) {
-    if (madvise(slot, page(), MADV_GUARD_INSTALL) == 0) {
+    if (madvise(slot, page(), MADV_GUARD_INSTALL) == 0 &&
+        (mode == 1 || guard_works(slot))) {
       __atomic_store_n(&guard_mode, 1, __ATOMIC_RELAXED);
       return 0;
     }
-    if (errno != EINVAL && errno != ENOSYS)
+    if (mode == -1 || errno == EINVAL || errno == ENOSYS) {
+      /* Not there (or not real): mprotect from now on. A guard marker
+       * that was accepted is harmless under the PROT_NONE that follows. */
+      __atomic_store_n(&guard_mode, 0, __ATOMIC_RELAXED);
+    } else {
       return -errno;
-    __atomic_store_n(&guard_mode, 0, __ATOMIC_RELAXED);
+    }
   }
   /* Each guard now splits the mapping: past vm.max_map_count this fails
    * with ENOMEM, and so does the spawn. */

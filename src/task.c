@@ -350,8 +350,12 @@ int weft_join(weft_task *h, void **result) {
     t->flags |= TASK_JOINING;
     t->joiner = self;
     int rc = weft__park("join", undo_join, t);
-    if (rc < 0)
+    if (rc < 0) {
+      /* Cancelled: park may have returned without parking (and so without
+       * calling the undo), so take the claim back here as well. */
+      undo_join(self, t);
       return rc;
+    }
   }
   if (result)
     *result = t->result;
