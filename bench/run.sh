@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Runs weft's benchmarks and their peers and prints one "name value unit"
+# line per figure on stdout; notes, the figures of every run and build
+# output go to stderr.
+#
+#   bench/run.sh [switch|spawn|tasks]      (no argument: all three)
+#
+# Environment:
+#   BUILD         the CMake build directory (default: $WEFT_BUILD_DIR, as
+#                 the top-level Makefile passes it, else build/ of this repo)
+#   REPEAT        runs of each micro-benchmark (default 5); each run is a
+#                 fresh process reporting the median of its own 7 rounds,
+#                 and the figure printed is the median of the runs
+#   TASKS_N       tasks (and goroutines) for the tasks benchmark (1000000)
+#   TASKS_REPEAT  runs of the tasks benchmark (default 1: a million tasks
+#                 take 20-50 s here, a million goroutines about as long)
+#   CI            with CI=true, as root, missing peer packages are installed
+#
+# Why runs and rounds: on a small shared VM one run is not a figure. The
+# programs time CPU time, not wall time (bench.h says why), which takes out
+# other processes' slices but not the host's noise; and one process can be
+# steadily faster or slower than the next (seen here as two clusters of
+# per-process figures, most likely from the address layout ASLR chose).
+# So: several processes, the median of each one's rounds, the median of
+# those. Runs of the programs being compared are interleaved, so that a
+# burst of load hits weft and its peers alike. Everything runs pinned to
+# CPU 1 when taskset and a CPU 1 exist.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(dirname "$here")
+BUILD=${BUILD:-${WEFT_BUILD_DIR:-$src/build}}
+REPEAT=${REPEAT:-5}
+TASKS_N=${TASKS_N:-1000000}
+TASKS_REPEAT=${TASKS_REPEAT:-1}
+
+note() { echo "bench: $*" >&2; }
+die() { note "$*"; exit 1; }
+
+what=${1:-all}
+case $what in
+  all | switch | spawn | tasks) ;;
+  *) die "usage: $0 [switch|spawn|tasks]" ;;
+esac
+mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
+BUILD=$(cd "$BUILD" && pwd)
+bin=$BUILD/bench
+
+# ---- peer packages ----------------------------------------------------
+# Each peer needs one package. A missing one is installed when that is
+# clearly wanted (root in CI); otherwise its peer is skipped, saying how to
+# get it.
+installed=0
+want_peer() { # peer package -> 0 if the package is there (now)
+  local peer=$1 pkg=$2
+  if ! command -v dpkg >/dev/null 2>&1; then
+    return 0 # not Debian: the build below tells whether the peer exists
+  fi
+  dpkg -s "$pkg" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && [ "${CI:-}" = true ]; then
+    note "installing $pkg for the $peer peer"
+    if DEBIAN_FRONTEND=noninteractive apt-get install -y "$pkg" >&2 ||
+      { apt-get update >&2 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y "$pkg" >&2; }; then
+      installed=1
+      return 0
+    fi
+    note "could not install $pkg: the $peer peer is skipped"
+    return 1
+  fi
+  note "the $peer peer is skipped: $pkg is not installed. To install it:"
+  note "  apt-get install -y $pkg"
+  return 1
+}
+have_fcontext=0
+have_go=0
+if [ "$what" = all ] || [ "$what" = switch ]; then
+  want_peer fcontext libboost-context-dev && have_fcontext=1
+fi
+want_peer go golang-go && have_go=1
+
+# ---- build ------------------------------------------------------------
+# Configure if needed (again after an install, so that CMake finds Boost),
+# then build the benchmarks and what they link.
+if [ ! -f "$BUILD/CMakeCache.txt" ] || [ $installed = 1 ]; then
+  cmake -S "$src" -B "$BUILD" >&2 || die "cmake could not configure $BUILD"
+fi
+cmake --build "$BUILD" --target benchmarks -j2 >&2 ||
+  die "the benchmarks did not build in $BUILD"
+btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+sanitize=$(sed -n 's/^WEFT_SANITIZE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+case $btype in
+  Release | RelWithDebInfo | MinSizeRel) ;;
+  *) note "warning: $BUILD is a '$btype' build: the figures are not weft's" ;;
+esac
+[ -z "$sanitize" ] || note "warning: $BUILD is built with $sanitize sanitizer"
+
+if [ $have_fcontext = 1 ] && [ ! -x "$bin/bench_peer_fcontext" ]; then
+  note "the fcontext peer is skipped: CMake did not find Boost.Context"
+  have_fcontext=0
+fi
+if [ $have_go = 1 ]; then
+  # No modules, no network: the program uses the standard library only.
+  if command -v go >/dev/null 2>&1 &&
+    env GOCACHE="$bin/go/cache" GOPATH="$bin/go/path" GO111MODULE=off \
+      GOFLAGS= go build -o "$bin/bench_peer_go" "$here/peer_go/main.go" >&2; then
+    :
+  else
+    note "the go peer is skipped: go build failed (or go is missing)"
+    have_go=0
+  fi
+fi
+
+# ---- running ----------------------------------------------------------
+pin=()
+if command -v taskset >/dev/null 2>&1 && taskset -c 1 true 2>/dev/null; then
+  pin=(taskset -c 1)
+else
+  note "not pinned: taskset or CPU 1 is missing"
+fi
+note "build $BUILD ($btype), $(git -C "$src" describe --always --dirty 2>/dev/null || echo '?')"
+
+status=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# One run of a program; its figures are added to $out.
+run1() {
+  if ! ${pin[@]+"${pin[@]}"} "$@" >>"$out"; then
+    note "failed: $*"
+    status=1
+  fi
+}
+
+# Prints the median of each figure in $out (the mean of the two middle
+# values for an even count), in the order first seen, with every run's
+# values on stderr. Then empties $out.
+report() {
+  awk '
+    { if (!($1 in n)) { order[++k] = $1; unit[$1] = $3 }
+      v[$1, ++n[$1]] = $2 }
+    END {
+      for (i = 1; i <= k; i++) {
+        name = order[i]; m = n[name]
+        for (a = 1; a <= m; a++) s[a] = v[name, a] + 0
+        for (a = 2; a <= m; a++) {           # insertion sort: m is small
+          x = s[a]
+          for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]
+          s[b + 1] = x
+        }
+        med = m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2
+        runs = ""
+        for (a = 1; a <= m; a++) runs = runs " " s[a]
+        printf "bench: %s runs:%s\n", name, runs > "/dev/stderr"
+        fmt = unit[name] == "ns" ? "%s %.1f %s\n" : \
+              unit[name] == "faults" ? "%s %.2f %s\n" : "%s %.0f %s\n"
+        printf fmt, name, med, unit[name]
+        med_of[name] = med
+      }
+      # The switch target is a ratio: give it from the same runs.
+      if (("switch_gen_oneway" in med_of) &&
+          ("peer_fcontext_switch_oneway" in med_of) &&
+          med_of["peer_fcontext_switch_oneway"] > 0)
+        printf "ratio_switch_gen_vs_fcontext %.2f x\n",
+          med_of["switch_gen_oneway"] / med_of["peer_fcontext_switch_oneway"]
+    }' "$out"
+  : >"$out"
+}
+
+bench_switch() {
+  local i
+  for ((i = 0; i < REPEAT; i++)); do
+    run1 "$bin/bench_switch"
+    [ $have_fcontext = 0 ] || run1 "$bin/bench_peer_fcontext"
+    run1 "$bin/bench_peer_ucontext"
+    [ $have_go = 0 ] || run1 "$bin/bench_peer_go" switch
+  done
+  report
+}
+
+bench_spawn() {
+  local i
+  for ((i = 0; i < REPEAT; i++)); do
+    run1 "$bin/bench_spawn"
+    [ $have_go = 0 ] || run1 "$bin/bench_peer_go" spawn
+  done
+  report
+}
+
+bench_tasks() {
+  local i
+  note "tasks: $TASKS_N tasks, then as many goroutines (~20 s a million each)"
+  for ((i = 0; i < TASKS_REPEAT; i++)); do
+    run1 "$bin/bench_tasks" "$TASKS_N"
+    [ $have_go = 0 ] || run1 "$bin/bench_peer_go" tasks "$TASKS_N"
+  done
+  report
+}
+
+case $what in
+  all) bench_switch; bench_spawn; bench_tasks ;;
+  *) "bench_$what" ;;
+esac
+exit $status
