@@ -106,8 +106,7 @@ static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
   return (int)(intptr_t)weft__ctx_switch(from, to, (void *)(intptr_t)value);
 }
 
-static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to,
-                                   void *arg) {
+static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to, void *arg) {
   weft__ctx_exit(from, to, arg);
 }
 #else
@@ -139,8 +138,7 @@ static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
 /* weft__ctx_exit, inlined: for the last statement of an entry function,
  * where the compiler makes it a tail jump, so the switch leaves no entry on
  * the return-address predictor behind it. */
-static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to,
-                                   void *arg) {
+static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to, void *arg) {
   weft__region *self = weft__ctx_cur;
   from->region = self;
   weft__ctx_prev = self;

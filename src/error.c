@@ -48,8 +48,13 @@
   X(EINPROGRESS, "operation in progress")                                      \
   X(ECANCELED, "operation cancelled")
 
+/* |err| without overflow: -INT_MIN does not fit in an int. */
+static unsigned magnitude(int err) {
+  return err < 0 ? 0u - (unsigned)err : (unsigned)err;
+}
+
 const char *weft_strerror(int err) {
-  switch (err < 0 ? -err : err) {
+  switch (magnitude(err)) {
 #define X(code, msg)                                                           \
   case code: return msg;
     WEFT_ERRNO_MAP(X)
@@ -60,7 +65,7 @@ const char *weft_strerror(int err) {
 }
 
 const char *weft_err_name(int err) {
-  switch (err < 0 ? -err : err) {
+  switch (magnitude(err)) {
 #define X(code, msg)                                                           \
   case code: return #code;
     WEFT_ERRNO_MAP(X)

@@ -228,6 +228,12 @@ weft__stack *weft__stack_acquire(size_t size) {
       return NULL;
     s = open_slot(c, k, slot);
   }
+#ifdef WEFT_ASAN
+  /* A stack can come back with ASan's marks of frames that never returned
+   * (a generator abandoned after ignoring close, a task dropped by
+   * weft_loop_free); the next owner must not inherit them. */
+  __asan_unpoison_memory_region(s->region.lo, s->region.size);
+#endif
   s->chunk->out++;
   c->out++;
   return s;

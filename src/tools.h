@@ -22,6 +22,7 @@
 #endif
 
 #ifdef WEFT_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #ifdef WEFT_TSAN

@@ -1,0 +1,337 @@
+/*
+ * Out-of-memory injection through weft_replace_allocator (SQLite's way):
+ * an allocator that fails its n-th call, for n = 1, 2, 3, ... until the
+ * operation succeeds. At every n the failure must be clean (NULL with
+ * errno ENOMEM, or -ENOMEM; a task or generator that failed to start never
+ * runs) and leak nothing: the allocator counts what is outstanding, and
+ * once everything is freed (and the thread's stack pool trimmed, which
+ * weft_loop_free does and weft__stack_trim does for generators) the count
+ * is back to 0.
+ *
+ * Covered: weft_loop_new, weft_spawn_opts with a name (first spawn on a
+ * loop, and one that finds the record slab and stack pool in place),
+ * weft_gen_new, weft_main, and a weft_main whose body spawns enough named
+ * tasks and generators to grow the record slabs and stack chunks.
+ */
+#include "stack.h"
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- the counting, failing allocator --------------------------------- */
+static long calls;       /* calls to malloc or realloc since arm() */
+static long fail_at;     /* the call that fails; 0: none */
+static long outstanding; /* blocks handed out and not freed */
+static long failures;    /* how many calls were failed */
+
+static void *t_malloc(size_t n) {
+  if (fail_at && ++calls == fail_at) {
+    failures++;
+    return NULL;
+  }
+  void *p = malloc(n);
+  if (p)
+    outstanding++;
+  return p;
+}
+
+static void *t_realloc(void *p, size_t n) {
+  if (fail_at && ++calls == fail_at) {
+    failures++;
+    return NULL;
+  }
+  void *q = realloc(p, n);
+  if (q && !p)
+    outstanding++;
+  return q;
+}
+
+static void t_free(void *p) {
+  if (p)
+    outstanding--;
+  free(p);
+}
+
+static void arm(long n) {
+  calls = 0;
+  failures = 0;
+  fail_at = n;
+}
+
+/* Returns whether the armed failure happened. */
+static int disarm(void) {
+  fail_at = 0;
+  return failures > 0;
+}
+
+static void check_no_leak(const char *what, long n) {
+  weft__stack_trim();
+  if (outstanding != 0)
+    fprintf(stderr, "%s, failing call %ld: %ld block(s) leaked\n", what, n,
+            outstanding);
+  CHECK_EQ(outstanding, 0);
+}
+
+#define MAX_POINTS 10000
+
+/* ---- weft_loop_new ---------------------------------------------------- */
+static long cover_loop_new(void) {
+  for (long n = 1; n < MAX_POINTS; n++) {
+    arm(n);
+    errno = 0;
+    weft_loop *loop = weft_loop_new(NULL);
+    int failed = disarm();
+    if (!loop) {
+      CHECK(failed);
+      CHECK_EQ(errno, ENOMEM);
+      CHECK(weft_loop_current() == NULL);
+      check_no_leak("weft_loop_new", n);
+      continue;
+    }
+    CHECK(!failed); /* it succeeded: no call was failed */
+    CHECK_PTR_EQ(weft_loop_current(), loop);
+    weft_loop_free(loop);
+    check_no_leak("weft_loop_new", n);
+    return n - 1;
+  }
+  CHECK(!"weft_loop_new never succeeded");
+  return 0;
+}
+
+/* ---- weft_spawn_opts ------------------------------------------------- */
+static int ran;
+
+static void *body(void *arg) {
+  ran++;
+  return arg;
+}
+
+/* `warm`: spawn one task first (unarmed), so the slab and the stack pool
+ * exist and only the name's copy can fail. */
+static long cover_spawn(int warm) {
+  const char *what = warm ? "weft_spawn_opts (warm)" : "weft_spawn_opts";
+  for (long n = 1; n < MAX_POINTS; n++) {
+    weft_loop *loop = weft_loop_new(NULL);
+    CHECK(loop != NULL);
+    if (warm) {
+      weft_task *w = weft_spawn(body, NULL);
+      CHECK(w != NULL);
+      CHECK_EQ(weft_loop_run(loop), 0);
+      CHECK_EQ(weft_join(w, NULL), 0);
+    }
+    ran = 0;
+    weft_task_opts o = {.name = "named task"};
+    arm(n);
+    errno = 0;
+    weft_task *t = weft_spawn_opts(body, (void *)(intptr_t)n, &o);
+    int failed = disarm();
+    if (!t) {
+      CHECK(failed);
+      CHECK_EQ(errno, ENOMEM);
+      CHECK_EQ(weft_loop_run(loop), 0); /* nothing to run */
+      CHECK_EQ(ran, 0);                 /* the task never ran */
+      weft_loop_free(loop);
+      check_no_leak(what, n);
+      continue;
+    }
+    CHECK(!failed);
+    CHECK_STR_EQ(weft_task_name(t), "named task");
+    CHECK_EQ(weft_loop_run(loop), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    CHECK_EQ((intptr_t)r, n);
+    CHECK_EQ(ran, 1);
+    weft_loop_free(loop);
+    check_no_leak(what, n);
+    return n - 1;
+  }
+  CHECK(!"weft_spawn_opts never succeeded");
+  return 0;
+}
+
+/* ---- weft_gen_new ---------------------------------------------------- */
+static void *gen_body(weft_gen *g, void *arg) {
+  ran++;
+  CHECK_EQ(weft_gen_yield(g, arg, NULL), 0);
+  return NULL;
+}
+
+static long cover_gen_new(void) {
+  for (long n = 1; n < MAX_POINTS; n++) {
+    ran = 0;
+    arm(n);
+    errno = 0;
+    weft_gen *g = weft_gen_new(gen_body, (void *)(intptr_t)n, 0);
+    int failed = disarm();
+    if (!g) {
+      CHECK(failed);
+      CHECK_EQ(errno, ENOMEM);
+      CHECK_EQ(ran, 0);
+      check_no_leak("weft_gen_new", n);
+      continue;
+    }
+    CHECK(!failed);
+    void *out;
+    CHECK_EQ(weft_gen_send(g, NULL, &out), 1);
+    CHECK_EQ((intptr_t)out, n);
+    CHECK_EQ(weft_gen_send(g, NULL, &out), 0);
+    CHECK_EQ(ran, 1);
+    CHECK_EQ(weft_gen_free(g), 0);
+    check_no_leak("weft_gen_new", n);
+    return n - 1;
+  }
+  CHECK(!"weft_gen_new never succeeded");
+  return 0;
+}
+
+/* ---- weft_main ------------------------------------------------------- */
+static int main_body(void *arg) {
+  ran++;
+  return (int)(intptr_t)arg;
+}
+
+static long cover_main(void) {
+  for (long n = 1; n < MAX_POINTS; n++) {
+    ran = 0;
+    arm(n);
+    int rc = weft_main(main_body, (void *)7);
+    int failed = disarm();
+    if (rc != 7) {
+      CHECK(failed);
+      CHECK_EQ(rc, -ENOMEM);
+      CHECK_EQ(ran, 0); /* fn never ran */
+      CHECK(weft_loop_current() == NULL);
+      check_no_leak("weft_main", n);
+      continue;
+    }
+    CHECK(!failed);
+    CHECK_EQ(ran, 1);
+    check_no_leak("weft_main", n);
+    return n - 1;
+  }
+  CHECK(!"weft_main never succeeded");
+  return 0;
+}
+
+/* ---- a busier program ------------------------------------------------
+ * The body spawns 100 named tasks (two record slabs, several stack
+ * chunks), each of which runs a generator of its own; at the first
+ * failure it stops spawning, joins what it has and reports -ENOMEM. */
+#define BUSY_TASKS 100
+
+static void *busy_gen(weft_gen *g, void *arg) {
+  for (intptr_t i = 0; i < 3; i++)
+    if (weft_gen_yield(g, (void *)i, NULL) < 0)
+      break;
+  return arg;
+}
+
+static void *busy_task(void *arg) {
+  weft_gen *g = weft_gen_new(busy_gen, arg, 32768);
+  if (!g) {
+    CHECK_EQ(errno, ENOMEM);
+    return (void *)(intptr_t)-ENOMEM;
+  }
+  void *out;
+  int n = 0;
+  while (weft_gen_send(g, NULL, &out) == 1) {
+    n++;
+    CHECK_EQ(weft_yield(), 0);
+  }
+  CHECK_EQ(n, 3);
+  CHECK_PTR_EQ(out, arg);
+  CHECK_EQ(weft_gen_free(g), 0);
+  return arg;
+}
+
+static int busy_main(void *arg) {
+  (void)arg;
+  weft_task *t[BUSY_TASKS];
+  int spawned = 0, rc = 0;
+  for (; spawned < BUSY_TASKS; spawned++) {
+    char name[32];
+    snprintf(name, sizeof name, "busy-%d", spawned);
+    weft_task_opts o = {.name = name, .stack_size = 65536};
+    errno = 0;
+    t[spawned] =
+        weft_spawn_opts(busy_task, (void *)(intptr_t)(spawned + 1), &o);
+    if (!t[spawned]) {
+      CHECK_EQ(errno, ENOMEM);
+      rc = -ENOMEM;
+      break;
+    }
+  }
+  for (int i = 0; i < spawned; i++) {
+    void *r;
+    CHECK_EQ(weft_join(t[i], &r), 0);
+    if ((intptr_t)r == -ENOMEM)
+      rc = -ENOMEM;
+    else
+      CHECK_EQ((intptr_t)r, i + 1);
+  }
+  return rc;
+}
+
+static long cover_busy(void) {
+  for (long n = 1; n < MAX_POINTS; n++) {
+    arm(n);
+    int rc = weft_main(busy_main, NULL);
+    int failed = disarm();
+    if (rc != 0) {
+      CHECK(failed);
+      CHECK_EQ(rc, -ENOMEM);
+      check_no_leak("busy weft_main", n);
+      continue;
+    }
+    CHECK(!failed);
+    check_no_leak("busy weft_main", n);
+    return n - 1;
+  }
+  CHECK(!"the busy program never succeeded");
+  return 0;
+}
+
+int main(void) {
+  /* Before anything else of weft, as weft.h asks. */
+  CHECK_EQ(weft_replace_allocator(NULL, t_realloc, t_free), -EINVAL);
+  CHECK_EQ(weft_replace_allocator(t_malloc, NULL, t_free), -EINVAL);
+  CHECK_EQ(weft_replace_allocator(t_malloc, t_realloc, NULL), -EINVAL);
+  CHECK_EQ(weft_replace_allocator(t_malloc, t_realloc, t_free), 0);
+
+  long total = 0, n;
+  n = cover_loop_new();
+  printf("weft_loop_new: %ld failure point(s)\n", n);
+  CHECK_GE(n, 1);
+  total += n;
+  n = cover_spawn(0);
+  printf("weft_spawn_opts (first on its loop, named): %ld failure point(s)\n",
+         n);
+  CHECK_GE(n, 2); /* at least the record slab and the name */
+  total += n;
+  n = cover_spawn(1);
+  printf("weft_spawn_opts (warm, named): %ld failure point(s)\n", n);
+  CHECK_GE(n, 1); /* the name */
+  total += n;
+  n = cover_gen_new();
+  printf("weft_gen_new: %ld failure point(s)\n", n);
+  CHECK_GE(n, 1);
+  total += n;
+  n = cover_main();
+  printf("weft_main: %ld failure point(s)\n", n);
+  CHECK_GE(n, 3); /* the loop, the record slab, the name "main" */
+  total += n;
+  n = cover_busy();
+  printf("weft_main spawning %d named tasks with generators: %ld failure "
+         "point(s)\n",
+         BUSY_TASKS, n);
+  CHECK_GE(n, 4);
+  total += n;
+  printf("%ld failure points covered, no leak at any\n", total);
+  printf("ok\n");
+  return 0;
+}

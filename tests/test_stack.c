@@ -1,0 +1,342 @@
+/*
+ * Layer 1: stacks (src/stack.h).
+ *
+ *  - sizes: the default is 256 KiB, requests round up to whole pages, with
+ *    a floor of four pages; the region and descriptor sit where stack.h's
+ *    diagram says;
+ *  - the pool: a released stack is the next one acquired (LIFO), per size;
+ *    a reacquired stack forgets its last owner;
+ *  - the guard page below every stack faults (in a child process), for a
+ *    stack fresh from its chunk, one reused from the pool, and one whose
+ *    chunk gave its pages back and was handed out again;
+ *  - stacks are committed lazily: a thousand of them cost little resident
+ *    memory, and when a chunk's worth is released beyond the warm limit the
+ *    pages go back to the kernel;
+ *  - weft__stack_trim unmaps everything, only when no stack is out;
+ *  - a million guarded stacks fit in a few mappings when guards are
+ *    MADV_GUARD_INSTALL markers; with mprotect guards acquiring fails
+ *    cleanly (NULL, ENOMEM) once vm.max_map_count is reached.
+ */
+#include "stack.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static size_t pagesz;
+
+static void test_round(void) {
+  CHECK_EQ(weft__stack_round(0), 262144);
+  CHECK_EQ(WEFT__STACK_DEFAULT, 262144);
+  CHECK_EQ(weft__stack_round(1), 4 * pagesz);
+  CHECK_EQ(weft__stack_round(pagesz), 4 * pagesz);
+  CHECK_EQ(weft__stack_round(4 * pagesz + 1), 5 * pagesz);
+  CHECK_EQ(weft__stack_round(100000), (100000 + pagesz - 1) / pagesz * pagesz);
+  CHECK_EQ(weft__stack_round(65536), 65536);
+  CHECK_EQ(weft__stack_round(262144), 262144);
+  CHECK_EQ(weft__stack_round(262145), 262144 + pagesz);
+  CHECK_EQ(weft__stack_round(1 << 20), 1 << 20);
+}
+
+/* The layout of stack.h's diagram. */
+static void check_layout(const weft__stack *s, size_t nominal) {
+  const weft__region *r = &s->region;
+  CHECK_EQ(r->nominal, nominal);
+  CHECK_EQ(r->guard, pagesz);
+  CHECK_EQ(r->size, nominal - WEFT__STACK_HEADER);
+  CHECK_EQ((uintptr_t)r->lo % pagesz, 0);
+  CHECK_PTR_EQ((const char *)s, (const char *)r->lo + r->size);
+  CHECK_EQ(r->owner_id, 0);
+  CHECK(r->owner_name == NULL);
+  CHECK_EQ(r->is_gen, 0);
+}
+
+static void test_layout(void) {
+  weft__stack *s = weft__stack_acquire(0);
+  CHECK(s != NULL);
+  check_layout(s, 262144);
+  CHECK(weft__stack_guard_mode() == 0 || weft__stack_guard_mode() == 1);
+  /* All of it is usable: the lowest and highest bytes, and a page in the
+   * middle. */
+  volatile char *lo = (volatile char *)s->region.lo;
+  lo[0] = 1;
+  lo[s->region.size - 1] = 2;
+  lo[s->region.size / 2] = 3;
+  CHECK_EQ(lo[0] + lo[s->region.size - 1] + lo[s->region.size / 2], 6);
+  weft__stack_release(s);
+
+  static const size_t asks[] = {1, 65536, 100000, 1 << 20};
+  for (size_t i = 0; i < sizeof asks / sizeof *asks; i++) {
+    weft__stack *t = weft__stack_acquire(asks[i]);
+    CHECK(t != NULL);
+    check_layout(t, weft__stack_round(asks[i]));
+    weft__stack_release(t);
+  }
+}
+
+static void test_lifo(void) {
+  weft__stack *a = weft__stack_acquire(0);
+  CHECK(a != NULL);
+  weft__stack_release(a);
+  weft__stack *b = weft__stack_acquire(0);
+  CHECK_PTR_EQ(b, a);
+
+  weft__stack *c = weft__stack_acquire(0), *d = weft__stack_acquire(0);
+  CHECK(c && d);
+  CHECK_PTR_NE(c, b);
+  CHECK_PTR_NE(d, c);
+  weft__stack_release(b);
+  weft__stack_release(c);
+  weft__stack_release(d);
+  CHECK_PTR_EQ(weft__stack_acquire(0), d);
+  CHECK_PTR_EQ(weft__stack_acquire(0), c);
+  CHECK_PTR_EQ(weft__stack_acquire(0), b);
+
+  /* A pool per size: a 64 KiB stack released is not handed out as 256. */
+  weft__stack *small = weft__stack_acquire(65536);
+  CHECK(small != NULL);
+  weft__stack_release(small);
+  weft__stack *big = weft__stack_acquire(0);
+  CHECK_PTR_NE(big, small);
+  CHECK_EQ(big->region.nominal, 262144);
+  CHECK_PTR_EQ(weft__stack_acquire(65536), small);
+
+  /* A reacquired stack forgets its last owner. */
+  b->region.owner_id = 5;
+  b->region.owner_name = "old";
+  b->region.is_gen = 1;
+  weft__stack_release(b);
+  weft__stack *again = weft__stack_acquire(0);
+  CHECK_PTR_EQ(again, b);
+  CHECK_EQ(again->region.owner_id, 0);
+  CHECK(again->region.owner_name == NULL);
+  CHECK_EQ(again->region.is_gen, 0);
+
+  weft__stack_release(again);
+  weft__stack_release(c);
+  weft__stack_release(d);
+  weft__stack_release(small);
+  weft__stack_release(big);
+  CHECK_EQ(weft__stack_trim(), 1);
+}
+
+/* ---- the guard page -------------------------------------------------- */
+static void poke(void *p) {
+  /* Make sure no handler but the default one sees the fault. */
+  signal(SIGSEGV, SIG_DFL);
+  *(volatile char *)p = 1;
+  fprintf(stderr, "wrote to %p: no fault\n", p);
+  _exit(3);
+}
+
+static void check_guard(const weft__stack *s, const char *what) {
+  char *lo = (char *)s->region.lo;
+  /* Both ends of the guard page. */
+  char *targets[2] = {lo - 1, lo - pagesz};
+  for (int i = 0; i < 2; i++) {
+    static check_child res;
+    check_child_run(poke, targets[i], &res, 30);
+    if (!(WIFSIGNALED(res.status) &&
+          (WTERMSIG(res.status) == SIGSEGV || WTERMSIG(res.status) == SIGBUS)))
+      fprintf(stderr, "guard of a %s stack, byte %d below lo:\n", what,
+              i ? (int)pagesz : 1);
+    CHECK_KILLED_BY(res, SIGSEGV);
+  }
+  /* And the lowest usable byte is not guarded. */
+  volatile char *v = (volatile char *)lo;
+  *v = 5;
+  CHECK_EQ(*v, 5);
+}
+
+static void test_guard(void) {
+  weft__stack *s = weft__stack_acquire(0);
+  CHECK(s != NULL);
+  check_guard(s, "fresh");
+  weft__stack_release(s);
+  weft__stack *t = weft__stack_acquire(0);
+  CHECK_PTR_EQ(t, s);
+  check_guard(t, "reused");
+  weft__stack_release(t);
+  CHECK_EQ(weft__stack_trim(), 1);
+}
+
+/* ---- lazy commit, pages given back ----------------------------------- */
+#define N_LAZY 1000
+
+static void test_lazy(void) {
+  static weft__stack *v[N_LAZY];
+  size_t rss0 = check_rss();
+  for (int i = 0; i < N_LAZY; i++) {
+    v[i] = weft__stack_acquire(0);
+    CHECK(v[i] != NULL);
+  }
+  size_t rss1 = check_rss();
+  size_t grew = rss1 > rss0 ? rss1 - rss0 : 0;
+  printf("1000 stacks: resident memory grew by %zu KiB (256000 KiB if "
+         "committed)\n",
+         grew / 1024);
+  /* A descriptor page each, about 4 MB; committed they would be 256 MB.
+   * Valgrind's shadow memory for those pages counts here too. */
+  CHECK_LT(grew, (RUNNING_ON_VALGRIND ? 64 : 16) * 1024 * 1024);
+
+  /* Use 32 KiB of each, then release them all. Past the warm limit the
+   * pages of a chunk whose every stack is free go back to the kernel. */
+  const size_t used = 32 * 1024;
+  for (int i = 0; i < N_LAZY; i++) {
+    char *top = (char *)v[i]->region.lo + v[i]->region.size;
+    for (size_t off = pagesz; off <= used; off += pagesz)
+      top[-(ptrdiff_t)off] = (char)i;
+  }
+  size_t rss2 = check_rss();
+  CHECK_GT(rss2, rss1 + N_LAZY * (used - pagesz) / 2);
+  CHECK_EQ(weft__stack_trim(), 0); /* stacks are out: nothing happens */
+  for (int i = 0; i < N_LAZY; i++)
+    weft__stack_release(v[i]);
+  size_t rss3 = check_rss();
+  size_t back = rss2 > rss3 ? rss2 - rss3 : 0;
+  printf("released: %zu KiB given back, %d warm stacks kept at most\n",
+         back / 1024, WEFT__STACK_WARM_MAX);
+  /* At most WEFT__STACK_WARM_MAX + one chunk's worth stay warm; with 1000
+   * stacks in chunks of 16, 32, ... 512 slots, the last chunk (504 in use)
+   * is the one given back. */
+  CHECK_GT(back, 400 * used);
+
+  /* Reacquire all: the emptied slots come back as fresh stacks, zeroed,
+   * with their guards. */
+  int zeroed = 0;
+  for (int i = 0; i < N_LAZY; i++) {
+    v[i] = weft__stack_acquire(0);
+    CHECK(v[i] != NULL);
+    check_layout(v[i], 262144);
+    char *top = (char *)v[i]->region.lo + v[i]->region.size;
+    if (top[-(ptrdiff_t)pagesz * 2] == 0)
+      zeroed++;
+  }
+  CHECK_GT(zeroed, 400);
+  check_guard(v[N_LAZY - 1], "given-back-and-reopened");
+  for (int i = 0; i < N_LAZY; i++)
+    weft__stack_release(v[i]);
+  CHECK_EQ(weft__stack_trim(), 1);
+}
+
+/* ---- trim ------------------------------------------------------------- */
+static void test_trim(void) {
+  size_t maps0 = check_map_count();
+  weft__stack *s = weft__stack_acquire(0);
+  weft__stack *t = weft__stack_acquire(65536);
+  CHECK(s && t);
+  CHECK_GT(check_map_count(), maps0); /* the chunks are mapped */
+  CHECK_EQ(weft__stack_trim(), 0);
+  weft__stack_release(s);
+  CHECK_EQ(weft__stack_trim(), 0); /* t is still out */
+  weft__stack_release(t);
+  const void *slo = s->region.lo, *tlo = t->region.lo;
+  CHECK_EQ(check_is_mapped(slo), 1);
+  CHECK_EQ(weft__stack_trim(), 1);
+  CHECK_EQ(check_is_mapped(slo), 0);
+  CHECK_EQ(check_is_mapped(tlo), 0);
+  if (!CHECK_ASAN)
+    CHECK_EQ(check_map_count(), maps0);
+  CHECK_EQ(weft__stack_trim(), 1); /* nothing left: still fine */
+}
+
+/* ---- a million ------------------------------------------------------- */
+static size_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  size_t kb = 0;
+  if (!f)
+    return 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1)
+      break;
+  fclose(f);
+  return kb * 1024;
+}
+
+static void test_million(void) {
+  size_t want = CHECK_ASAN ? 20000 : 1000000;
+  /* Each stack costs its descriptor's page plus page tables: ~4.5 KiB. */
+  size_t need = want * 5 * 1024;
+  if (mem_available() < need + need / 2) {
+    printf("million stacks: only %zu MiB available, scaled down\n",
+           mem_available() >> 20);
+    want = mem_available() / (8 * 1024);
+  }
+  weft__stack **v = malloc(want * sizeof *v);
+  CHECK(v != NULL);
+  size_t maps0 = check_map_count();
+  size_t n = 0;
+  int mode = -1;
+  for (; n < want; n++) {
+    v[n] = weft__stack_acquire(0);
+    if (!v[n])
+      break;
+    if (n == 0)
+      mode = weft__stack_guard_mode();
+  }
+  int err = errno;
+  size_t maps1 = check_map_count();
+  printf("guard mode %d: %zu stacks acquired, mappings %zu -> %zu\n", mode, n,
+         maps0, maps1);
+  if (mode == 1) {
+    CHECK_EQ(n, want); /* all of them */
+    CHECK_LT(maps1, 1000);
+  } else {
+    CHECK_EQ(mode, 0);
+    /* mprotect guards split the mapping: vm.max_map_count stops it, with
+     * a clean ENOMEM instead of a crash. */
+    if (n < want) {
+      CHECK_EQ(err, ENOMEM);
+      CHECK_GT(n, 10000);
+    }
+  }
+  /* The last one is a real stack. */
+  volatile char *lo = (volatile char *)v[n - 1]->region.lo;
+  lo[0] = 1;
+  const void *first = v[0]->region.lo, *last = v[n - 1]->region.lo;
+  CHECK_EQ(weft__stack_trim(), 0);
+  for (size_t i = 0; i < n; i++)
+    weft__stack_release(v[i]);
+  CHECK_EQ(weft__stack_trim(), 1);
+  /* Everything unmapped (the count itself also moves with ASan's own
+   * mappings, so look at the stacks' addresses). */
+  CHECK_EQ(check_is_mapped(first), 0);
+  CHECK_EQ(check_is_mapped(last), 0);
+  if (!CHECK_ASAN)
+    CHECK_EQ(check_map_count(), maps0);
+  free(v);
+}
+
+/* `test_stack million` runs only the million-stack case (a ctest entry of
+ * its own, with a longer timeout); without arguments, everything else. */
+int main(int argc, char **argv) {
+  pagesz = (size_t)sysconf(_SC_PAGESIZE);
+  if (argc > 1 && strcmp(argv[1], "million") == 0) {
+    if (RUNNING_ON_VALGRIND)
+      SKIP("a million stacks: too slow under valgrind");
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    test_million();
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%.1f s\n",
+           (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
+    printf("ok\n");
+    return 0;
+  }
+  test_round();
+  test_layout();
+  test_lifo();
+  test_guard();
+  CHECK_EQ(weft__stack_trim(), 1);
+  test_lazy();
+  test_trim();
+  printf("ok\n");
+  return 0;
+}
