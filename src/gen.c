@@ -147,7 +147,9 @@ int weft_gen_close(weft_gen *g) {
   if (resume(g, NULL, -ECANCELED, NULL) == 1) {
     /* It yielded after being told to stop. It is never resumed again: its
      * stack goes back to the pool with the abandoned frames on it. */
-    finish(g);
+    g->state = GEN_DONE;
+    weft__stack_release_abandoned(g->stack);
+    g->stack = NULL;
     return -EPROTO;
   }
   release_dead();

@@ -228,12 +228,6 @@ weft__stack *weft__stack_acquire(size_t size) {
       return NULL;
     s = open_slot(c, k, slot);
   }
-#ifdef WEFT_ASAN
-  /* A stack can come back with ASan's marks of frames that never returned
-   * (a generator abandoned after ignoring close, a task dropped by
-   * weft_loop_free); the next owner must not inherit them. */
-  __asan_unpoison_memory_region(s->region.lo, s->region.size);
-#endif
   s->chunk->out++;
   c->out++;
   return s;
@@ -250,6 +244,16 @@ static void empty_chunk(weft__stack_class *c, chunk *k) {
   }
   madvise(k->base, k->slots * c->size, MADV_DONTNEED);
   k->used = 0;
+}
+
+void weft__stack_release_abandoned(weft__stack *s) {
+#ifdef WEFT_ASAN
+  /* ASan still marks the frames that never returned on this stack; the
+   * next owner must not inherit them. Only here, not on every release:
+   * unpoisoning a whole stack writes (and commits) its shadow. */
+  __asan_unpoison_memory_region(s->region.lo, s->region.size);
+#endif
+  weft__stack_release(s);
 }
 
 void weft__stack_release(weft__stack *s) {

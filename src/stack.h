@@ -61,6 +61,10 @@ weft__stack *weft__stack_acquire(size_t size);
 /* Gives a stack back to this thread's pool. */
 void weft__stack_release(weft__stack *s);
 
+/* The same for a stack whose frames were abandoned, not unwound: a task
+ * dropped by weft_loop_free, a generator that ignored close. */
+void weft__stack_release_abandoned(weft__stack *s);
+
 /* Unmaps this thread's pool if no stack of it is in use; returns 1 if it did,
  * 0 if stacks are still out. */
 int weft__stack_trim(void);

@@ -259,7 +259,7 @@ void weft__tasks_free(weft_loop *loop) {
   while (loop->live) {
     weft_task *t = loop->live;
     unlink_live(loop, t);
-    weft__stack_release(t->stack);
+    weft__stack_release_abandoned(t->stack);
     t->stack = NULL;
   }
   for (weft__slab *s = loop->slabs; s; s = s->next)
