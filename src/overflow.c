@@ -23,6 +23,7 @@
 static struct sigaction previous_segv;
 static pthread_once_t handler_once = PTHREAD_ONCE_INIT;
 static WEFT__TLS int have_altstack;
+static WEFT__TLS void *own_altstack; /* the one weft mapped, if any */
 
 static char *put_str(char *p, const char *s) {
   while (*s)
@@ -106,4 +107,17 @@ void weft__overflow_init(void) {
   stack_t ss = {.ss_sp = mem, .ss_size = ALTSTACK_SIZE, .ss_flags = 0};
   if (sigaltstack(&ss, NULL) != 0)
     munmap(mem, ALTSTACK_SIZE);
+  else
+    own_altstack = mem;
+  weft__stack_thread_init(); /* so that thread exit takes it down */
+}
+
+void weft__overflow_thread_exit(void) {
+  if (!own_altstack)
+    return;
+  stack_t off = {.ss_flags = SS_DISABLE};
+  if (sigaltstack(&off, NULL) == 0)
+    munmap(own_altstack, ALTSTACK_SIZE);
+  own_altstack = NULL;
+  have_altstack = 0;
 }

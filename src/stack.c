@@ -292,6 +292,7 @@ static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static void on_thread_exit(void *unused) {
   (void)unused;
   weft__stack_trim();
+  weft__overflow_thread_exit();
 }
 
 static void make_exit_key(void) {

@@ -83,4 +83,7 @@ int weft__stack_guard_mode(void);
  * and an alternate signal stack on this thread. Idempotent. (overflow.c) */
 void weft__overflow_init(void);
 
+/* Takes down the alternate signal stack weft gave this thread (thread exit). */
+void weft__overflow_thread_exit(void);
+
 #endif
