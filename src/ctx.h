@@ -110,14 +110,20 @@ static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to, void *arg) {
   weft__ctx_exit(from, to, arg);
 }
 #else
-static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
-                                     void *arg) {
+/* The bookkeeping of every switch: `from` is suspended on the running
+ * region, and `to`'s region runs next. */
+static inline void weft__ctx_moving(weft__ctx *from, weft__ctx *to) {
   weft__region *self = weft__ctx_cur;
   if (__builtin_expect(!self, 0))
     self = weft__ctx_running();
   from->region = self;
   weft__ctx_prev = self;
   weft__ctx_cur = to->region;
+}
+
+static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
+                                     void *arg) {
+  weft__ctx_moving(from, to);
   return weft__ctx_jump(&from->sp, to->sp, arg);
 }
 
@@ -126,12 +132,7 @@ static inline void *weft__ctx_switch(weft__ctx *from, weft__ctx *to,
  * call: the switch then returns straight to that caller's caller. */
 static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
                                        int value) {
-  weft__region *self = weft__ctx_cur;
-  if (__builtin_expect(!self, 0))
-    self = weft__ctx_running();
-  from->region = self;
-  weft__ctx_prev = self;
-  weft__ctx_cur = to->region;
+  weft__ctx_moving(from, to);
   return weft__ctx_jump_int(&from->sp, to->sp, value);
 }
 
@@ -139,10 +140,7 @@ static inline int weft__ctx_switch_int(weft__ctx *from, weft__ctx *to,
  * where the compiler makes it a tail jump, so the switch leaves no entry on
  * the return-address predictor behind it. */
 static inline void weft__ctx_leave(weft__ctx *from, weft__ctx *to, void *arg) {
-  weft__region *self = weft__ctx_cur;
-  from->region = self;
-  weft__ctx_prev = self;
-  weft__ctx_cur = to->region;
+  weft__ctx_moving(from, to);
   weft__ctx_jump(&from->sp, to->sp, arg);
 }
 #endif
