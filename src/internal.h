@@ -70,7 +70,6 @@ struct weft_loop {
   weft_task *ready_tail;
   weft_task *live;           /* every task not yet DONE */
   size_t nlive;              /* how many */
-  size_t nparked;            /* of those, WAITING */
   weft_task *free_recs;      /* recycled records */
   weft__slab *slabs;         /* all record memory */
   size_t stack_size;         /* default for its tasks */

@@ -158,11 +158,18 @@ static weft_task *pick_next(weft_loop *loop) {
   return next;
 }
 
-/* Switches from `from` to `next` (NULL: the loop). The task is handed over
- * as the switch's value: a fresh task's entry receives it as its argument. */
-static void switch_to(weft_loop *loop, weft__ctx *from, weft_task *next) {
+/* The context to switch to so that `next` runs (NULL: the loop), which
+ * becomes the loop's current task. The task also travels as the switch's
+ * value: a fresh task's entry receives it as its argument. */
+static weft__ctx *ctx_for(weft_loop *loop, weft_task *next) {
   loop->current = next;
-  weft__ctx_switch(from, next ? &next->ctx : &loop->ctx, next);
+  return next ? &next->ctx : &loop->ctx;
+}
+
+/* What every context does first when it gets the CPU back. */
+static inline void arrived(weft_loop *loop) {
+  if (__builtin_expect(loop->dead != NULL, 0))
+    reap(loop);
 }
 
 /* Switches away from the running task t until something makes it run
@@ -175,9 +182,8 @@ static void suspend(weft_task *t) {
     return; /* it yielded and is the only one ready: carry on */
   t->saved_errno = errno;
   t->gen = weft__gen_running;
-  switch_to(loop, &t->ctx, next);
-  if (__builtin_expect(loop->dead != NULL, 0))
-    reap(loop);
+  weft__ctx_switch(&t->ctx, ctx_for(loop, next), next);
+  arrived(loop);
   weft__gen_running = t->gen;
   errno = t->saved_errno;
 }
@@ -186,8 +192,7 @@ static void task_entry(void *p) {
   weft_task *t = p;
   weft_loop *loop = t->loop;
   weft__ctx_started(&t->ctx);
-  if (loop->dead)
-    reap(loop);
+  arrived(loop);
   weft__gen_running = NULL;
   errno = 0;
   t->result = t->fn(t->arg);
@@ -199,19 +204,17 @@ static void task_entry(void *p) {
     weft__wake(t->joiner, 0);
   loop->dead = t;
   weft_task *next = pick_next(loop);
-  loop->current = next;
-  weft__ctx_leave(&t->ctx, next ? &next->ctx : &loop->ctx, next);
+  weft__ctx_leave(&t->ctx, ctx_for(loop, next), next);
 }
 
 void weft__run_ready(weft_loop *loop) {
   loop->batch = WEFT__BATCH - 1;
   weft_task *t = pop_ready(loop);
   t->state = TASK_RUNNING;
-  switch_to(loop, &loop->ctx, t);
+  weft__ctx_switch(&loop->ctx, ctx_for(loop, t), t);
   loop->current = NULL;
   weft__gen_running = NULL;
-  if (loop->dead)
-    reap(loop);
+  arrived(loop);
 }
 
 /* ---- parking ---------------------------------------------------------- */
@@ -225,7 +228,6 @@ int weft__park(const char *what, weft__undo_fn undo, void *arg) {
   t->waits_on = what;
   t->undo = undo;
   t->undo_arg = arg;
-  t->loop->nparked++;
   suspend(t);
   return t->wake_rc;
 }
@@ -233,7 +235,6 @@ int weft__park(const char *what, weft__undo_fn undo, void *arg) {
 void weft__wake(weft_task *t, int rc) {
   if (t->state != TASK_WAITING)
     return;
-  t->loop->nparked--;
   t->wake_rc = rc;
   t->waits_on = NULL;
   t->undo = NULL;
