@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h> /* socklen_t, struct sockaddr */
+#include <sys/types.h>  /* ssize_t */
 
 #ifdef __cplusplus
 extern "C" {
@@ -243,6 +245,183 @@ int weft_gen_free(weft_gen *g);
 
 /* True once g has returned, was closed, or was finished by a throw. */
 bool weft_gen_done(const weft_gen *g);
+
+/* ------------------------------------------------------------------------ */
+/* Callbacks and timers                                                      */
+
+typedef struct weft_timer weft_timer;
+
+/* Runs cb(arg) on the current loop, from the loop itself (not from a task),
+ * at the next turn: callbacks run in the order they were queued, and one
+ * queued while callbacks run waits for the next turn. Returns 0; -EINVAL if
+ * cb is NULL or there is no loop; -ENOMEM. */
+int weft_call_soon(void (*cb)(void *), void *arg);
+
+/* Runs cb(arg) from the current loop once `delay` ns have passed (a delay
+ * <= 0 means the next turn). Timers with equal deadlines fire in the order
+ * they were set. The handle stays valid until the timer fires or is
+ * cancelled; using it after that is safe and weft_timer_cancel then returns
+ * -ENOENT. Returns NULL and sets errno (EINVAL: cb NULL or no loop; ENOMEM).
+ */
+weft_timer *weft_call_later(int64_t delay, void (*cb)(void *), void *arg);
+
+/* weft_call_later with an absolute deadline on the weft_now() clock. */
+weft_timer *weft_call_at(int64_t deadline, void (*cb)(void *), void *arg);
+
+/* Stops a timer that has not fired: its callback will not run. Returns 0;
+ * -ENOENT if it already fired or was cancelled; -EINVAL if t is NULL. */
+int weft_timer_cancel(weft_timer *t);
+
+/* Suspends the calling task for `delay` ns (<= 0: it yields once). Returns
+ * 0; -ECANCELED if the task was cancelled; -EINVAL outside a task. */
+int weft_sleep(int64_t delay);
+
+/* The loop's clock: weft_now() as read at the start of the current turn of
+ * the running loop (timers are measured from it), or weft_now() outside a
+ * running loop. */
+int64_t weft_loop_now(void);
+
+/* The name of the backend the loop uses: "epoll", "poll". */
+const char *weft_loop_backend(const weft_loop *loop);
+
+/* ------------------------------------------------------------------------ */
+/* I/O                                                                       */
+/*
+ * The calls below take the POSIX calls' arguments and suspend the calling
+ * task, never the thread, until they can complete. They return what the
+ * POSIX call returns, or a negative errno (never -1 and errno): -ECANCELED
+ * when the task is cancelled, in which case the operation did not happen
+ * (a recv consumed nothing, a send sent nothing, an accept left the
+ * connection queued). EINTR is retried inside. Sends never raise SIGPIPE
+ * (MSG_NOSIGNAL): a vanished peer is -EPIPE.
+ *
+ * A file descriptor given to them is made non-blocking (O_NONBLOCK) on first
+ * use; the ones weft creates are non-blocking and close-on-exec from the
+ * start. Close with weft_close an fd that weft has waited on: it wakes the
+ * tasks still waiting on it with -EBADF and forgets the fd. All of these
+ * must be called from a task (else -EINVAL).
+ */
+
+#define WEFT_READ  1 /* readable (or end of file, or an error pending) */
+#define WEFT_WRITE 2 /* writable */
+
+/* Waits until fd is readable and/or writable, as `events` asks. Returns the
+ * events that are ready (a subset of events, never 0), -EBADF if fd is
+ * closed with weft_close while waiting, -ECANCELED, -EINVAL. */
+int weft_wait_fd(int fd, int events);
+
+ssize_t weft_read(int fd, void *buf, size_t len);
+ssize_t weft_write(int fd, const void *buf, size_t len);
+ssize_t weft_recv(int fd, void *buf, size_t len, int flags);
+ssize_t weft_send(int fd, const void *buf, size_t len, int flags);
+
+ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
+                      struct sockaddr *addr, socklen_t *addrlen);
+ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
+                    const struct sockaddr *addr, socklen_t addrlen);
+
+/* Writes all len bytes, in as many writes as it takes. Returns len; if an
+ * error (or a cancellation) stops it after n > 0 bytes went out, returns n
+ * (the next call reports the error); if nothing went out, the error. */
+ssize_t weft_write_all(int fd, const void *buf, size_t len);
+
+/* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC. `addr` and `addrlen` may be
+ * NULL. When the process is out of file descriptors (EMFILE, ENFILE) it
+ * keeps the listener alive and the CPU idle: it drops the pending
+ * connection (using a spare fd it keeps for this), waits (1 ms, doubling up
+ * to 100 ms while it lasts) and tries again; it returns once a connection could
+ * be accepted. Returns the new fd or a negative errno. */
+int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
+
+/* Connects fd (made non-blocking) and waits for the result: 0 or a negative
+ * errno (-ECONNREFUSED, -ETIMEDOUT, ...). If cancelled, the socket is left
+ * in an unspecified state: close it. */
+int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
+
+/* Closes fd, first waking every task waiting on it with -EBADF. Returns 0 or
+ * close()'s error (a negative errno). */
+int weft_close(int fd);
+
+/* A listening TCP socket on a numeric address ("127.0.0.1", "::1",
+ * "0.0.0.0", "::"; NULL or "" means every IPv4 address), with SO_REUSEADDR.
+ * port 0 picks a free port (weft_sock_port tells which). backlog <= 0 means
+ * SOMAXCONN. Returns the fd or a negative errno (-EINVAL for an address
+ * that is not numeric; host names come with the executor). Does not block,
+ * so it may also be called outside a task. */
+int weft_tcp_listen(const char *host, int port, int backlog);
+
+/* Connects to a numeric address (IPv4 or IPv6) with TCP_NODELAY. Returns the
+ * connected fd or a negative errno. */
+int weft_tcp_connect(const char *host, int port);
+
+/* A UDP socket bound to host:port (port 0: any free port; host NULL or "":
+ * every IPv4 address). Returns the fd or a negative errno. */
+int weft_udp_bind(const char *host, int port);
+
+/* A listening Unix stream socket at `path` (an existing socket file there
+ * is not removed: -EADDRINUSE). Returns the fd or a negative errno. */
+int weft_unix_listen(const char *path, int backlog);
+
+/* Connects to the Unix stream socket at `path`. Returns the fd or a
+ * negative errno. */
+int weft_unix_connect(const char *path);
+
+/* The local port of a bound socket (IPv4 or IPv6), or a negative errno. */
+int weft_sock_port(int fd);
+
+/* Writes "('127.0.0.1', 51234)" for an IPv4 address, "('::1', 51234, 0, 0)"
+ * for IPv6 (Python's repr of a socket address), or the path of a Unix socket,
+ * into buf (NUL-terminated, truncated to len). Returns buf. */
+char *weft_addr_str(const struct sockaddr *addr, char *buf, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                   */
+/*
+ * A stream buffers a socket (or pipe) both ways, with buffers of a fixed
+ * size: it never grows them, whatever the peer sends.
+ */
+
+typedef struct weft_stream weft_stream;
+
+/* Wraps fd; the stream owns it from now on (weft_stream_close closes it).
+ * bufsize 0 means 64 KiB; each direction has a buffer of that size. Returns
+ * NULL and sets errno (ENOMEM; EINVAL if fd < 0). */
+weft_stream *weft_stream_new(int fd, size_t bufsize);
+
+/* Reads one line, up to and including its '\n', into buf and NUL-terminates
+ * it. Returns its length; the last line before end of file may lack the
+ * '\n'; 0 at end of file. A line that does not fit (length + NUL > max) is
+ * -EMSGSIZE: the line is skipped (the next call returns the line after it)
+ * and buf holds nothing useful. Other errors: -ECANCELED (nothing consumed),
+ * -ECONNRESET and the like. */
+ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max);
+
+/* Reads what is buffered, or else waits for one read: up to len bytes.
+ * Returns the count, 0 at end of file, or a negative errno. */
+ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len);
+
+/* Reads exactly len bytes. Returns len; n < len if end of file came after n
+ * bytes (0: before any); a negative errno on error. When len fits in the
+ * stream's buffer an error consumes nothing (the bytes stay buffered for a
+ * later read); a larger read that fails after n > 0 bytes returns n. */
+ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len);
+
+/* Queues len bytes; they go out when the buffer fills or at
+ * weft_stream_flush, so small writes become one syscall. A write larger
+ * than the buffer goes straight out (after what is queued). Returns len or,
+ * like weft_write_all, a short count or a negative errno. */
+ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len);
+
+/* Writes out everything queued. Returns 0 or a negative errno (-EPIPE,
+ * -ECANCELED: what was not written stays queued). */
+int weft_stream_flush(weft_stream *s);
+
+/* The stream's fd (still owned by the stream). */
+int weft_stream_fd(const weft_stream *s);
+
+/* Flushes, closes the fd and frees the stream (all of them, even if the
+ * flush fails). Returns 0 or the first error. NULL is ignored. */
+int weft_stream_close(weft_stream *s);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -5,7 +5,11 @@
  *   ctx, stack, alloc   the switch, guarded stacks, the one allocator
  *   gen                 generators: ctx + stack, no loop
  *   task                tasks, the ready queue, park/wake, cancellation
- *   loop                the loop object and weft_loop_run / weft_main
+ *   timer, loop         timers, callbacks, the loop object, weft_loop_run
+ *   backend_*, io       the backends (backend.h) and the fd table; the
+ *                       I/O calls go through the loop's backend
+ *   net, stream         sockets by address, buffered streams: public API
+ *                       only, plus weft__fd_adopt
  *
  * docs/architecture.md has the picture.
  */
@@ -62,6 +66,26 @@ struct weft_task {
  * the steady state. */
 typedef struct weft__slab weft__slab;
 
+/* One entry of the timer heap (timer.c). The key (deadline, seq) lives in
+ * the entry itself, so sifting never touches the timer records; `id` names
+ * the record. */
+typedef struct weft__heap_entry {
+  int64_t deadline;
+  uint32_t seq; /* order of arming, for equal deadlines */
+  uint32_t id;  /* the timer record */
+} weft__heap_entry;
+
+typedef struct weft__timer_rec weft__timer_rec;
+
+/* A queued weft_call_soon. */
+typedef struct weft__callback {
+  void (*cb)(void *);
+  void *arg;
+} weft__callback;
+
+typedef struct weft__fd weft__fd;
+typedef struct weft__backend weft__backend;
+
 struct weft_loop {
   weft__ctx ctx;         /* the loop's own flow (the thread's stack) */
   pthread_t thread;      /* the thread that made it */
@@ -78,6 +102,28 @@ struct weft_loop {
   unsigned batch;            /* hand-offs left before the loop runs again */
   int running;               /* inside weft_loop_run */
   int stop;                  /* weft_loop_stop was called */
+
+  /* Time and timers (timer.c). */
+  int64_t now;                    /* weft_now() at the start of this turn */
+  weft__heap_entry *heap_mem;     /* allocation holding the heap ... */
+  weft__heap_entry *heap;         /* ... whose root is heap[0] */
+  uint32_t heap_len, heap_cap;    /* entries, room */
+  uint32_t seq_next;              /* next arming's sequence number */
+  weft__timer_rec **timer_chunks; /* records, TIMER_CHUNK per chunk */
+  uint32_t timer_nchunks;
+  uint32_t timer_free; /* first free record id + 1 (0: none) */
+
+  /* Callbacks: a ring of pending weft_call_soon (timer.c). */
+  weft__callback *cbs;
+  size_t cb_head, cb_len, cb_cap;
+
+  /* I/O (io.c and the backend). */
+  const weft__backend *backend;
+  void *backend_data;   /* the backend's own state */
+  weft__fd *fds;        /* indexed by fd number, grown on demand */
+  size_t nfds;          /* entries in fds */
+  size_t nwaiters;      /* tasks parked on an fd */
+  int spare_fd;         /* for EMFILE at accept (-1: none yet) */
 };
 
 /* The generator running on this thread (innermost), or NULL. gen.c. */
@@ -113,5 +159,28 @@ void weft__tasks_free(weft_loop *loop);
 
 /* A process-unique id for a task or a generator (task.c). */
 uint64_t weft__next_id(void);
+
+/* The running task, or NULL (task.c). */
+weft_task *weft__running_task(void);
+
+/* 0, or -ECANCELED if the running task has been cancelled: the check every
+ * blocking call makes first, even when it could complete at once. -EINVAL
+ * outside a task. */
+int weft__checkpoint(void);
+
+/* Timers and callbacks (timer.c). weft__timers_fire runs every timer due
+ * at loop->now; weft__callbacks_run the callbacks queued before it was
+ * called. weft__timers_next is the nearest deadline or WEFT_NEVER. */
+void weft__timers_fire(weft_loop *loop);
+void weft__callbacks_run(weft_loop *loop);
+int64_t weft__timers_next(const weft_loop *loop);
+void weft__timers_free(weft_loop *loop);
+
+/* Sets the next sequence number (tests: to reach the renumbering that
+ * keeps 32-bit sequence numbers ordered). */
+void weft__timer_seq_set(weft_loop *loop, uint32_t seq);
+
+/* The loop's clock for arming timers: loop->now while it runs, else now. */
+int64_t weft__loop_clock(weft_loop *loop);
 
 #endif

@@ -1,11 +1,14 @@
 /*
- * Layer 4: the loop. For now it runs tasks from the ready queue until none
- * is left; timers, callbacks and the I/O backends slot into the marked
- * places of weft_loop_run as they arrive.
+ * Layer 4: the loop. One turn reads the clock, fires the timers that are
+ * due, runs the callbacks queued so far, runs the ready tasks, and then
+ * waits in the backend: not at all if something is ready, else until the
+ * nearest timer, or for ever if there is none (seed 003's select with a
+ * timeout capped by the nearest timer). The loop ends when nothing is left.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,14 +22,27 @@ int64_t weft_now(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int backend_known(const char *name) {
-  return !name || !*name || !strcmp(name, "epoll") || !strcmp(name, "poll");
+/* The backend a name selects: NULL or "" is the platform's default. */
+static const weft__backend *backend_named(const char *name) {
+  static const weft__backend *const all[] = {
+#ifdef __linux__
+      &weft__backend_epoll,
+#endif
+      &weft__backend_poll,
+  };
+  if (!name || !*name)
+    return all[0];
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(all[i]->name, name))
+      return all[i];
+  return NULL;
 }
 
 weft_loop *weft_loop_new(const weft_config *cfg) {
-  const char *backend =
+  const char *name =
       cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
-  if (!backend_known(backend)) {
+  const weft__backend *backend = backend_named(name);
+  if (!backend) {
     errno = EINVAL;
     return NULL;
   }
@@ -35,6 +51,14 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
     return NULL;
   loop->thread = pthread_self();
   loop->stack_size = weft__stack_round(cfg ? cfg->stack_size : 0);
+  loop->spare_fd = -1;
+  loop->backend = backend;
+  int rc = backend->init(loop);
+  if (rc < 0) {
+    weft__free(loop);
+    errno = -rc;
+    return NULL;
+  }
   weft__overflow_init();
   loop->next_on_thread = thread_loops;
   thread_loops = loop;
@@ -60,7 +84,19 @@ void weft_loop_free(weft_loop *loop) {
     }
   weft__tasks_free(loop);
   weft__stack_trim();
+  weft__timers_free(loop);
+  weft__fds_free(loop);
+  loop->backend->fini(loop);
   weft__free(loop);
+}
+
+const char *weft_loop_backend(const weft_loop *loop) {
+  return loop ? loop->backend->name : NULL;
+}
+
+int64_t weft_loop_now(void) {
+  weft_loop *loop = weft__loop_running;
+  return loop ? loop->now : weft_now();
 }
 
 static int debug_enabled(void) {
@@ -80,35 +116,88 @@ static int deadlocked(weft_loop *loop) {
   return loop->ready_head ? 0 : -EDEADLK;
 }
 
+/* A write to a pipe whose reader is gone raises SIGPIPE, which kills the
+ * process by default; sockets avoid it with MSG_NOSIGNAL, but pipes have no
+ * such flag. So the loop's thread blocks SIGPIPE while the loop runs (the
+ * write then fails with EPIPE) and, on the way out, takes back a SIGPIPE
+ * that became pending meanwhile, leaving the thread as it found it. */
+typedef struct {
+  sigset_t old;    /* the thread's mask before */
+  int was_pending; /* a SIGPIPE was pending before: leave it be */
+} sigpipe_guard;
+
+static void sigpipe_block(sigpipe_guard *g) {
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
+  g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+}
+
+static void sigpipe_restore(sigpipe_guard *g) {
+  if (sigismember(&g->old, SIGPIPE))
+    return; /* it was blocked before: nothing changed */
+  sigset_t pipe, pending;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  if (!g->was_pending && sigpending(&pending) == 0 &&
+      sigismember(&pending, SIGPIPE)) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
+      ;
+  }
+  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
 int weft_loop_run(weft_loop *loop) {
   if (!loop || loop->running || weft__loop_running ||
       !pthread_equal(loop->thread, pthread_self()))
     return -EINVAL;
   int saved_errno = errno;
+  sigpipe_guard pipe_guard;
+  sigpipe_block(&pipe_guard);
   weft_gen *saved_gen = weft__gen_running;
   weft__loop_running = loop;
   loop->running = 1;
   loop->stop = 0;
   int rc = 0;
   for (;;) {
+    loop->now = weft_now();
+    weft__timers_fire(loop);
+    weft__callbacks_run(loop);
+    if (loop->ready_head && !loop->stop)
+      weft__run_ready(loop);
     if (loop->stop) {
       rc = 1;
       break;
     }
-    if (loop->ready_head) {
-      weft__run_ready(loop);
+    /* Re-read everything: the callbacks and tasks just run may have armed
+     * timers, queued callbacks, woken tasks or closed fds. */
+    int64_t timeout;
+    if (loop->ready_head || loop->cb_len) {
+      if (loop->nwaiters == 0)
+        continue; /* no fd to look at: skip the syscall */
+      timeout = 0;
+    } else if (loop->heap_len) {
+      int64_t next = weft__timers_next(loop), now = weft_now();
+      timeout = next <= now ? 0 : next == WEFT_NEVER ? -1 : next - now;
+    } else if (loop->nwaiters) {
+      timeout = -1;
+    } else if (loop->nlive == 0) {
+      break; /* nothing is left */
+    } else {
+      if ((rc = deadlocked(loop)) < 0)
+        break;
       continue;
     }
-    /* (next: expired timers, callbacks, then wait in the backend until the
-     * nearest timer.) */
-    if (loop->nlive == 0)
+    if ((rc = loop->backend->poll(loop, timeout)) < 0)
       break;
-    if ((rc = deadlocked(loop)) < 0)
-      break;
+    rc = 0;
   }
   loop->running = 0;
   weft__loop_running = NULL;
   weft__gen_running = saved_gen;
+  sigpipe_restore(&pipe_guard);
   errno = saved_errno;
   return rc;
 }

@@ -1,0 +1,118 @@
+/*
+ * The backend interface: what waits for events, and how one I/O operation
+ * is carried out. One file per backend implements it:
+ *
+ *   backend_epoll.c   readiness, edge-triggered, one registration per fd
+ *   backend_poll.c    readiness, level-triggered, only fds being waited on
+ *
+ * The unit is the operation (weft__op: a recv, a send, an accept...), not
+ * the readiness event, so that a completion backend (io_uring) can submit
+ * the operation itself and wake the task with its result. The readiness
+ * backends share weft__io_readiness (io.c): try the call; on EAGAIN park
+ * the task on the fd until the backend reports it ready; try again.
+ */
+#ifndef WEFT_BACKEND_H
+#define WEFT_BACKEND_H
+
+#include "internal.h"
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* What an operation does: the POSIX call of the same name. */
+enum {
+  OP_READ,
+  OP_WRITE,
+  OP_RECV,
+  OP_SEND,
+  OP_RECVFROM,
+  OP_SENDTO,
+  OP_ACCEPT,
+  OP_CONNECT,
+};
+
+/* One I/O operation and its arguments; it lives on the caller's stack. */
+typedef struct weft__op {
+  int kind;               /* OP_* */
+  int fd;                 /* the file descriptor */
+  void *buf;              /* data (const for the writes) */
+  size_t len;             /* its length */
+  int flags;              /* MSG_* for recv/send */
+  struct sockaddr *addr;  /* recvfrom, accept: out; sendto, connect: in */
+  socklen_t *addrlen;     /* recvfrom, accept: in/out */
+  socklen_t addrlen_in;   /* sendto, connect */
+} weft__op;
+
+/* A task parked on an fd (on its own stack while it waits). */
+typedef struct weft__waiter {
+  weft_task *task;
+  int fd;
+  int events;                /* WEFT_READ | WEFT_WRITE it waits for */
+  int revents;               /* what woke it */
+  struct weft__waiter *prev; /* links in the fd's list of waiters */
+  struct weft__waiter *next;
+} weft__waiter;
+
+/* fd entry flags. */
+#define FD_KNOWN      1u  /* probed: the flags below are set */
+#define FD_NONBLOCK   2u  /* O_NONBLOCK is on */
+#define FD_STREAM     4u  /* stream socket or pipe: a short read drains it */
+#define FD_WATCHED    8u  /* the backend watches it (epoll: registered) */
+#define FD_UNPOLLABLE 16u /* a regular file: calls never wait */
+#define FD_SOCKET     32u /* a socket: write() becomes send(MSG_NOSIGNAL) */
+
+/* What the loop knows about one fd number (loop->fds[fd]). */
+struct weft__fd {
+  weft__waiter *waiters; /* tasks parked on it, in the order they came */
+  uint8_t flags;         /* FD_* */
+  uint8_t ready;         /* WEFT_READ|WEFT_WRITE: may be ready, try first */
+  uint8_t wanted;        /* union of the waiters' events */
+  uint8_t unused;
+  uint32_t slot;         /* the backend's own index (poll: pollfd slot) */
+};
+
+struct weft__backend {
+  const char *name;
+  /* Sets up loop->backend_data. Returns 0 or a negative errno. */
+  int (*init)(weft_loop *loop);
+  /* Releases what init made. */
+  void (*fini)(weft_loop *loop);
+  /* Waits at most `timeout` ns (-1: no limit, 0: do not block) and passes
+   * every event to weft__fd_event. Returns the number of events or a
+   * negative errno (EINTR is not an error: it returns 0). */
+  int (*poll)(weft_loop *loop, int64_t timeout);
+  /* Does one operation for the running task, suspending it as long as it
+   * takes. Returns what the call returns, or a negative errno. */
+  ssize_t (*io)(weft_loop *loop, weft__op *op);
+  /* Readiness backends: start watching fd for e->wanted (called when a task
+   * parks on it, or when the fd is first seen, by epoll). Returns 0 or a
+   * negative errno (-EPERM: this fd cannot be watched). */
+  int (*watch)(weft_loop *loop, int fd, weft__fd *e);
+  /* Stop watching: e->wanted dropped to 0 (closing is 0), or the fd is
+   * being closed (closing is 1). */
+  void (*unwatch)(weft_loop *loop, int fd, weft__fd *e, int closing);
+};
+
+extern const weft__backend weft__backend_epoll;
+extern const weft__backend weft__backend_poll;
+
+/* The entry for fd, growing the table if needed; NULL if fd < 0 or out of
+ * memory. Pointers into the table move when it grows: re-read after
+ * anything that may run other tasks. */
+weft__fd *weft__fd_get(weft_loop *loop, int fd);
+
+/* The backend saw `events` (WEFT_READ | WEFT_WRITE) on fd: wake the tasks
+ * waiting for them, or remember them as ready hints if none is. */
+void weft__fd_event(weft_loop *loop, int fd, int events);
+
+/* Marks a fd weft just created (accept, socket) as known: non-blocking,
+ * and a stream if `stream`. Its old entry, if any, was stale. */
+int weft__fd_adopt(int fd, int stream);
+
+/* Frees the fd table and the spare fd (loop_free). */
+void weft__fds_free(weft_loop *loop);
+
+/* The shared implementation of `io` for readiness backends. */
+ssize_t weft__io_readiness(weft_loop *loop, weft__op *op);
+
+#endif

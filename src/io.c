@@ -1,0 +1,485 @@
+/*
+ * Layer 4: the fd table and the I/O calls.
+ *
+ * Every call becomes a weft__op handed to the loop's backend (backend.h).
+ * The readiness backends (epoll, poll) share weft__io_readiness below:
+ *
+ *   try the call ── done ──> return its result
+ *       │ EAGAIN
+ *       v
+ *   park on the fd (a weft__waiter on the task's stack) until the backend
+ *   reports it ready, then try again
+ *
+ * Each fd has `ready` hints, one per direction: "try the call first". They
+ * start set, are cleared by EAGAIN and set again by the backend's events.
+ * A short read from a stream socket or a pipe, or a short write, also
+ * clears its hint: the buffer was drained (or filled) at that moment, so
+ * the next call would only fail with EAGAIN; it waits for the event
+ * instead, which saves a syscall per message on a busy connection. (The
+ * event cannot be missed: epoll's registration is made when the fd is
+ * first seen, and reports every new arrival; poll is level-triggered.)
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- the fd table ----------------------------------------------------- */
+weft__fd *weft__fd_get(weft_loop *loop, int fd) {
+  if (fd < 0)
+    return NULL;
+  if ((size_t)fd >= loop->nfds) {
+    size_t n = loop->nfds ? loop->nfds : 64;
+    while (n <= (size_t)fd)
+      n *= 2;
+    weft__fd *v = weft__realloc(loop->fds, n * sizeof *v);
+    if (!v)
+      return NULL;
+    memset(v + loop->nfds, 0, (n - loop->nfds) * sizeof *v);
+    loop->fds = v;
+    loop->nfds = n;
+  }
+  return &loop->fds[fd];
+}
+
+void weft__fds_free(weft_loop *loop) {
+  weft__free(loop->fds);
+  loop->fds = NULL;
+  loop->nfds = 0;
+  if (loop->spare_fd >= 0)
+    close(loop->spare_fd);
+  loop->spare_fd = -1;
+}
+
+/* Tells the backend about a fd it has not watched yet; a regular file
+ * (which epoll refuses) is marked as one whose calls never wait. */
+static void first_watch(weft_loop *loop, int fd, weft__fd *e) {
+  if (loop->backend->watch(loop, fd, e) == -EPERM)
+    e->flags |= FD_UNPOLLABLE;
+}
+
+/* Learns what fd is, the first time weft sees it: whether a short read
+ * drains it, and makes it non-blocking. */
+static int probe(weft_loop *loop, int fd, weft__fd *e) {
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return -errno;
+  uint8_t flags = FD_KNOWN;
+  if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode))
+    flags |= FD_UNPOLLABLE;
+  else if (S_ISFIFO(st.st_mode))
+    flags |= FD_STREAM;
+  else if (S_ISSOCK(st.st_mode)) {
+    int type = 0;
+    socklen_t len = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+        type == SOCK_STREAM)
+      flags |= FD_STREAM;
+    flags |= FD_SOCKET;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0)
+    return -errno;
+  if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    return -errno;
+  e->flags = flags | FD_NONBLOCK;
+  e->ready = WEFT_READ | WEFT_WRITE;
+  e->wanted = 0;
+  if (!(flags & FD_UNPOLLABLE))
+    first_watch(loop, fd, e);
+  return 0;
+}
+
+/* The entry of fd, probed; NULL with *rc set on failure. */
+static weft__fd *entry(weft_loop *loop, int fd, int *rc) {
+  weft__fd *e = weft__fd_get(loop, fd);
+  if (!e) {
+    *rc = fd < 0 ? -EBADF : -ENOMEM;
+    return NULL;
+  }
+  if (!(e->flags & FD_KNOWN) && (*rc = probe(loop, fd, e)) < 0)
+    return NULL;
+  return e;
+}
+
+int weft__fd_adopt(int fd, int stream) {
+  weft_loop *loop = weft_loop_current();
+  if (!loop)
+    return 0;
+  weft__fd *e = weft__fd_get(loop, fd);
+  if (!e)
+    return -ENOMEM;
+  /* Whatever the table said of this number was about an fd closed behind
+   * weft's back: start afresh. */
+  if (e->flags & FD_WATCHED)
+    loop->backend->unwatch(loop, fd, e, 1);
+  memset(e, 0, sizeof *e);
+  e->flags = FD_KNOWN | FD_NONBLOCK | FD_SOCKET | (stream ? FD_STREAM : 0);
+  e->ready = WEFT_READ | WEFT_WRITE;
+  first_watch(loop, fd, e);
+  return 0;
+}
+
+/* ---- waiting on an fd ------------------------------------------------- */
+static uint8_t wanted_by(const weft__fd *e) {
+  uint8_t w = 0;
+  for (const weft__waiter *x = e->waiters; x; x = x->next)
+    w |= (uint8_t)x->events;
+  return w;
+}
+
+/* Takes w off its fd's list and tells the backend if less is wanted. */
+static void waiter_unlink(weft_loop *loop, weft__waiter *w) {
+  weft__fd *e = &loop->fds[w->fd];
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    e->waiters = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  loop->nwaiters--;
+  uint8_t wanted = wanted_by(e);
+  if (wanted != e->wanted) {
+    e->wanted = wanted;
+    loop->backend->unwatch(loop, w->fd, e, 0);
+  }
+}
+
+static void undo_wait(weft_task *t, void *arg) {
+  waiter_unlink(t->loop, arg);
+}
+
+/* Parks the running task until fd has one of `events`; 0 and *revents, or
+ * a negative errno (-ECANCELED, -EBADF when weft_close closes fd). */
+static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
+  weft__fd *e = &loop->fds[fd];
+  weft__waiter w = {weft__running_task(), fd, events, 0, NULL, NULL};
+  /* Append: waiters are woken in the order they came. */
+  weft__waiter **p = &e->waiters;
+  while (*p) {
+    w.prev = *p;
+    p = &(*p)->next;
+  }
+  *p = &w;
+  loop->nwaiters++;
+  uint8_t old = e->wanted;
+  e->wanted |= (uint8_t)events;
+  if (e->wanted != old || !(e->flags & FD_WATCHED)) {
+    int rc = loop->backend->watch(loop, fd, e);
+    if (rc < 0) {
+      waiter_unlink(loop, &w);
+      return rc;
+    }
+  }
+  int rc = weft__park(events & WEFT_READ ? "fd read" : "fd write", undo_wait,
+                      &w);
+  if (rc < 0)
+    return rc;
+  *revents = w.revents;
+  return 0;
+}
+
+void weft__fd_event(weft_loop *loop, int fd, int events) {
+  if (fd < 0 || (size_t)fd >= loop->nfds)
+    return;
+  weft__fd *e = &loop->fds[fd];
+  e->ready |= (uint8_t)events;
+  weft__waiter *w = e->waiters;
+  while (w) {
+    weft__waiter *next = w->next;
+    if (w->events & events) {
+      w->revents = w->events & events;
+      waiter_unlink(loop, w);
+      weft__wake(w->task, 0);
+    }
+    w = next;
+  }
+}
+
+/* ---- the readiness way of doing an operation -------------------------- */
+static int is_input(int kind) {
+  return kind == OP_READ || kind == OP_RECV || kind == OP_RECVFROM ||
+         kind == OP_ACCEPT;
+}
+
+static ssize_t try_op(const weft__op *op, const weft__fd *e) {
+  switch (op->kind) {
+  case OP_READ:
+    return read(op->fd, op->buf, op->len);
+  case OP_WRITE:
+    /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
+    if (e->flags & FD_SOCKET)
+      return send(op->fd, op->buf, op->len, MSG_NOSIGNAL);
+    return write(op->fd, op->buf, op->len);
+  case OP_RECV:
+    return recv(op->fd, op->buf, op->len, op->flags | MSG_DONTWAIT);
+  case OP_SEND:
+    return send(op->fd, op->buf, op->len,
+                op->flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+  case OP_RECVFROM:
+    return recvfrom(op->fd, op->buf, op->len, op->flags | MSG_DONTWAIT,
+                    op->addr, op->addrlen);
+  case OP_SENDTO:
+    return sendto(op->fd, op->buf, op->len,
+                  op->flags | MSG_DONTWAIT | MSG_NOSIGNAL, op->addr,
+                  op->addrlen_in);
+  case OP_ACCEPT:
+    return accept4(op->fd, op->addr, op->addrlen,
+                   SOCK_NONBLOCK | SOCK_CLOEXEC);
+  }
+  errno = EINVAL;
+  return -1;
+}
+
+/* A short transfer drained (or filled) the buffer: see the top. */
+static void note_short(weft__fd *e, const weft__op *op, ssize_t n) {
+  if (n <= 0 || (size_t)n >= op->len || !(e->flags & FD_STREAM) ||
+      (op->flags & MSG_PEEK))
+    return;
+  if (op->kind == OP_READ || op->kind == OP_RECV)
+    e->ready &= (uint8_t)~WEFT_READ;
+  else if (op->kind == OP_WRITE || op->kind == OP_SEND)
+    e->ready &= (uint8_t)~WEFT_WRITE;
+}
+
+/* connect: start it, wait until the socket is writable, read the result.
+ * A wake-up that comes before the connection is made (epoll can report a
+ * fresh socket writable) is told apart by getpeername. */
+static int do_connect(weft_loop *loop, const weft__op *op) {
+  if (connect(op->fd, op->addr, op->addrlen_in) == 0)
+    return 0;
+  if (errno != EINPROGRESS && errno != EINTR)
+    return -errno;
+  for (;;) {
+    loop->fds[op->fd].ready &= (uint8_t)~WEFT_WRITE;
+    int revents, rc = wait_on(loop, op->fd, WEFT_WRITE, &revents);
+    if (rc < 0)
+      return rc;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(op->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+      return -errno;
+    if (err)
+      return -err;
+    struct sockaddr_storage peer;
+    socklen_t plen = sizeof peer;
+    if (getpeername(op->fd, (struct sockaddr *)&peer, &plen) == 0)
+      return 0;
+    if (errno != ENOTCONN)
+      return -errno;
+  }
+}
+
+ssize_t weft__io_readiness(weft_loop *loop, weft__op *op) {
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  weft__fd *e = entry(loop, op->fd, &rc);
+  if (!e)
+    return rc;
+  if (op->kind == OP_CONNECT)
+    return do_connect(loop, op);
+  int dir = is_input(op->kind) ? WEFT_READ : WEFT_WRITE;
+  for (;;) {
+    e = &loop->fds[op->fd]; /* the table may have moved while parked */
+    if (!(e->ready & dir) && !(e->flags & FD_UNPOLLABLE)) {
+      int revents;
+      if ((rc = wait_on(loop, op->fd, dir, &revents)) < 0)
+        return rc;
+      continue;
+    }
+    ssize_t n = try_op(op, e);
+    if (n >= 0) {
+      note_short(e, op, n);
+      return n;
+    }
+    if (errno == EINTR)
+      continue;
+    if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
+        (e->flags & FD_UNPOLLABLE))
+      return -errno;
+    e->ready &= (uint8_t)~dir;
+  }
+}
+
+/* ---- the public calls ------------------------------------------------- */
+static ssize_t run_op(weft__op *op) {
+  weft_loop *loop = weft__loop_running;
+  if (!weft__running_task())
+    return -EINVAL;
+  return loop->backend->io(loop, op);
+}
+
+ssize_t weft_read(int fd, void *buf, size_t len) {
+  weft__op op = {.kind = OP_READ, .fd = fd, .buf = buf, .len = len};
+  return run_op(&op);
+}
+
+ssize_t weft_write(int fd, const void *buf, size_t len) {
+  weft__op op = {.kind = OP_WRITE, .fd = fd, .buf = (void *)buf, .len = len};
+  return run_op(&op);
+}
+
+ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
+  weft__op op = {
+      .kind = OP_RECV, .fd = fd, .buf = buf, .len = len, .flags = flags};
+  return run_op(&op);
+}
+
+ssize_t weft_send(int fd, const void *buf, size_t len, int flags) {
+  weft__op op = {.kind = OP_SEND,
+                 .fd = fd,
+                 .buf = (void *)buf,
+                 .len = len,
+                 .flags = flags};
+  return run_op(&op);
+}
+
+ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
+                      struct sockaddr *addr, socklen_t *addrlen) {
+  weft__op op = {.kind = OP_RECVFROM,
+                 .fd = fd,
+                 .buf = buf,
+                 .len = len,
+                 .flags = flags,
+                 .addr = addr,
+                 .addrlen = addrlen};
+  return run_op(&op);
+}
+
+ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
+                    const struct sockaddr *addr, socklen_t addrlen) {
+  weft__op op = {.kind = OP_SENDTO,
+                 .fd = fd,
+                 .buf = (void *)buf,
+                 .len = len,
+                 .flags = flags,
+                 .addr = (struct sockaddr *)addr,
+                 .addrlen_in = addrlen};
+  return run_op(&op);
+}
+
+ssize_t weft_write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = weft_write(fd, p + done, len - done);
+    if (n < 0)
+      return done ? (ssize_t)done : n;
+    done += (size_t)n;
+  }
+  if (len == 0)
+    return weft_write(fd, buf, 0);
+  return (ssize_t)done;
+}
+
+int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen) {
+  weft__op op = {.kind = OP_CONNECT,
+                 .fd = fd,
+                 .addr = (struct sockaddr *)addr,
+                 .addrlen_in = addrlen};
+  return (int)run_op(&op);
+}
+
+/* Out of fds at accept: drop the connection at the head of the queue with
+ * the help of the spare fd, so the listener does not see it again at once,
+ * and get the spare back (libuv's trick). */
+static void drop_one(weft_loop *loop, int fd) {
+  if (loop->spare_fd < 0)
+    return;
+  close(loop->spare_fd);
+  int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+  if (c >= 0)
+    close(c);
+  loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+#define ACCEPT_BACKOFF_MIN WEFT_MS(1)
+#define ACCEPT_BACKOFF_MAX WEFT_MS(100)
+
+int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
+  weft_loop *loop = weft__loop_running;
+  if (!weft__running_task())
+    return -EINVAL;
+  /* The spare is taken while fds are still to be had. */
+  if (loop->spare_fd < 0)
+    loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int64_t backoff = ACCEPT_BACKOFF_MIN;
+  for (;;) {
+    weft__op op = {
+        .kind = OP_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen};
+    ssize_t c = loop->backend->io(loop, &op);
+    if (c >= 0) {
+      weft__fd_adopt((int)c, 1);
+      return (int)c;
+    }
+    if (c != -EMFILE && c != -ENFILE && c != -ENOBUFS && c != -ENOMEM)
+      return (int)c;
+    if (c == -EMFILE || c == -ENFILE)
+      drop_one(loop, fd);
+    int rc = weft_sleep(backoff);
+    if (rc < 0)
+      return rc;
+    if (backoff < ACCEPT_BACKOFF_MAX)
+      backoff *= 2;
+  }
+}
+
+int weft_wait_fd(int fd, int events) {
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if (events & ~(WEFT_READ | WEFT_WRITE) || !events)
+    return -EINVAL;
+  weft_loop *loop = weft__loop_running;
+  if (!entry(loop, fd, &rc))
+    return rc;
+  /* Ready now? (The hints may be stale; poll is exact.) */
+  struct pollfd p = {fd, (short)((events & WEFT_READ ? POLLIN : 0) |
+                                 (events & WEFT_WRITE ? POLLOUT : 0)),
+                     0};
+  int n;
+  do
+    n = poll(&p, 1, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return -errno;
+  if (p.revents & POLLNVAL)
+    return -EBADF;
+  if (n > 0) {
+    if (p.revents & (POLLERR | POLLHUP))
+      return events;
+    return (p.revents & POLLIN ? WEFT_READ : 0) |
+           (p.revents & POLLOUT ? WEFT_WRITE : 0);
+  }
+  loop->fds[fd].ready &= (uint8_t)~events;
+  int revents;
+  if ((rc = wait_on(loop, fd, events, &revents)) < 0)
+    return rc;
+  return revents;
+}
+
+int weft_close(int fd) {
+  if (fd < 0)
+    return -EBADF;
+  weft_loop *loop = weft_loop_current();
+  if (loop && (size_t)fd < loop->nfds) {
+    weft__fd *e = &loop->fds[fd];
+    while (e->waiters) {
+      weft__waiter *w = e->waiters;
+      waiter_unlink(loop, w);
+      weft__wake(w->task, -EBADF);
+    }
+    if (e->flags & FD_WATCHED)
+      loop->backend->unwatch(loop, fd, e, 1);
+    memset(e, 0, sizeof *e);
+  }
+  /* Linux frees the fd even when close fails with EINTR: never retry. */
+  if (close(fd) < 0 && errno != EINTR)
+    return -errno;
+  return 0;
+}

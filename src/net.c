@@ -1,0 +1,199 @@
+/*
+ * Layer 5: sockets made ready to use: TCP listeners and connections on
+ * numeric addresses, UDP, Unix stream sockets, and the printing of an
+ * address as the seeds print it. Built only on the I/O calls (io.c) and
+ * the socket calls of libc.
+ */
+#include "backend.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* A numeric host and a port as a socket address. NULL or "" is every IPv4
+ * address. Returns 0 or -EINVAL. */
+static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
+                      socklen_t *len) {
+  if (port < 0 || port > 65535)
+    return -EINVAL;
+  memset(ss, 0, sizeof *ss);
+  struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+  if (!host || !*host) {
+    in4->sin_family = AF_INET;
+    in4->sin_addr.s_addr = htonl(INADDR_ANY);
+  } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+    in4->sin_family = AF_INET;
+  } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+  } else {
+    return -EINVAL;
+  }
+  if (ss->ss_family == AF_INET) {
+    in4->sin_port = htons((uint16_t)port);
+    *len = sizeof *in4;
+  } else {
+    in6->sin6_port = htons((uint16_t)port);
+    *len = sizeof *in6;
+  }
+  return 0;
+}
+
+/* A non-blocking, close-on-exec socket the loop (if any) knows about. */
+static int new_socket(int family, int type) {
+  int fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -errno;
+  int rc = weft__fd_adopt(fd, type == SOCK_STREAM);
+  if (rc < 0) {
+    close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+/* bind (and listen, if backlog is not -1) or fail with fd closed. */
+static int bind_listen(int fd, const struct sockaddr *addr, socklen_t len,
+                       int backlog) {
+  int rc = 0;
+  if (bind(fd, addr, len) < 0 ||
+      (backlog != -1 && listen(fd, backlog > 0 ? backlog : SOMAXCONN) < 0))
+    rc = -errno;
+  if (rc < 0) {
+    weft_close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+int weft_tcp_listen(const char *host, int port, int backlog) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  int rc = parse_addr(host, port, &ss, &len);
+  if (rc < 0)
+    return rc;
+  int fd = new_socket(ss.ss_family, SOCK_STREAM);
+  if (fd < 0)
+    return fd;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  return bind_listen(fd, (struct sockaddr *)&ss, len, backlog < 0 ? 0 : backlog);
+}
+
+int weft_tcp_connect(const char *host, int port) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  if (!host || !*host)
+    return -EINVAL;
+  int rc = parse_addr(host, port, &ss, &len);
+  if (rc < 0)
+    return rc;
+  int fd = new_socket(ss.ss_family, SOCK_STREAM);
+  if (fd < 0)
+    return fd;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if ((rc = weft_connect(fd, (struct sockaddr *)&ss, len)) < 0) {
+    weft_close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+int weft_udp_bind(const char *host, int port) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  int rc = parse_addr(host, port, &ss, &len);
+  if (rc < 0)
+    return rc;
+  int fd = new_socket(ss.ss_family, SOCK_DGRAM);
+  if (fd < 0)
+    return fd;
+  return bind_listen(fd, (struct sockaddr *)&ss, len, -1);
+}
+
+/* path as a Unix socket address; -ENAMETOOLONG if it does not fit. */
+static int unix_addr(const char *path, struct sockaddr_un *un, socklen_t *len) {
+  if (!path || !*path)
+    return -EINVAL;
+  size_t n = strlen(path);
+  if (n >= sizeof un->sun_path)
+    return -ENAMETOOLONG;
+  memset(un, 0, sizeof *un);
+  un->sun_family = AF_UNIX;
+  memcpy(un->sun_path, path, n + 1);
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+  return 0;
+}
+
+int weft_unix_listen(const char *path, int backlog) {
+  struct sockaddr_un un;
+  socklen_t len;
+  int rc = unix_addr(path, &un, &len);
+  if (rc < 0)
+    return rc;
+  int fd = new_socket(AF_UNIX, SOCK_STREAM);
+  if (fd < 0)
+    return fd;
+  return bind_listen(fd, (struct sockaddr *)&un, len, backlog < 0 ? 0 : backlog);
+}
+
+int weft_unix_connect(const char *path) {
+  struct sockaddr_un un;
+  socklen_t len;
+  int rc = unix_addr(path, &un, &len);
+  if (rc < 0)
+    return rc;
+  int fd = new_socket(AF_UNIX, SOCK_STREAM);
+  if (fd < 0)
+    return fd;
+  if ((rc = weft_connect(fd, (struct sockaddr *)&un, len)) < 0) {
+    weft_close(fd);
+    return rc;
+  }
+  return fd;
+}
+
+int weft_sock_port(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+    return -errno;
+  if (ss.ss_family == AF_INET)
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+  if (ss.ss_family == AF_INET6)
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  return -EAFNOSUPPORT;
+}
+
+char *weft_addr_str(const struct sockaddr *addr, char *buf, size_t len) {
+  if (!buf || len == 0)
+    return buf;
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (!addr) {
+    snprintf(buf, len, "None");
+  } else if (addr->sa_family == AF_INET) {
+    const struct sockaddr_in *in4 = (const struct sockaddr_in *)addr;
+    inet_ntop(AF_INET, &in4->sin_addr, host, sizeof host);
+    port = ntohs(in4->sin_port);
+    snprintf(buf, len, "('%s', %d)", host, port);
+  } else if (addr->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+    snprintf(buf, len, "('%s', %d, %u, %u)", host, port,
+             (unsigned)ntohl(in6->sin6_flowinfo), (unsigned)in6->sin6_scope_id);
+  } else if (addr->sa_family == AF_UNIX) {
+    const struct sockaddr_un *un = (const struct sockaddr_un *)addr;
+    snprintf(buf, len, "%.*s", (int)sizeof un->sun_path, un->sun_path);
+  } else {
+    snprintf(buf, len, "<family %d>", addr->sa_family);
+  }
+  return buf;
+}

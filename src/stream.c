@@ -1,0 +1,258 @@
+/*
+ * Layer 5: buffered streams over a socket or a pipe.
+ *
+ * Each direction has one buffer of the size given at creation, allocated
+ * with the stream and never grown, whatever the peer sends:
+ *
+ *   rbuf  [ consumed | rpos ... unread ... rlen | free ]   cap bytes
+ *   wbuf  [ queued ... wlen | free ]                       cap bytes
+ *
+ * The read side keeps unread bytes in place and moves them to the front
+ * only when it must read more with no line in sight, so a buffer holding
+ * many short lines costs one read and no copies but the ones to the caller.
+ *
+ * The reads that wait (readline, read_exact up to cap bytes) take bytes
+ * out of rbuf only once they have all they need: an error or a
+ * cancellation while waiting consumes nothing.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define STREAM_DEFAULT_BUFSIZE (64 * 1024)
+
+struct weft_stream {
+  int fd;         /* owned: weft_stream_close closes it */
+  int discarding; /* skipping the rest of a line that was too long */
+  size_t cap;     /* size of each buffer */
+  size_t rpos;    /* first unread byte of rbuf */
+  size_t rlen;    /* end of the bytes read into rbuf */
+  size_t scanned; /* rbuf[rpos, scanned) holds no '\n' */
+  size_t wlen;    /* bytes queued in wbuf */
+  char *rbuf;     /* both buffers follow the struct, in one allocation */
+  char *wbuf;
+};
+
+weft_stream *weft_stream_new(int fd, size_t bufsize) {
+  if (fd < 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (bufsize == 0)
+    bufsize = STREAM_DEFAULT_BUFSIZE;
+  if (bufsize > (SIZE_MAX - sizeof(weft_stream)) / 2) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  weft_stream *s = weft__malloc(sizeof *s + 2 * bufsize);
+  if (!s) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  memset(s, 0, sizeof *s);
+  s->fd = fd;
+  s->cap = bufsize;
+  s->rbuf = (char *)(s + 1);
+  s->wbuf = s->rbuf + bufsize;
+  return s;
+}
+
+int weft_stream_fd(const weft_stream *s) { return s ? s->fd : -EINVAL; }
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Reads once more into rbuf, first moving the unread bytes to the front if
+ * the free space is gone. Returns the count read, 0 at end of file, or a
+ * negative errno (the buffered bytes are untouched). */
+static ssize_t fill(weft_stream *s) {
+  if (s->rpos == s->rlen) {
+    s->rpos = s->rlen = s->scanned = 0;
+  } else if (s->rlen == s->cap && s->rpos > 0) {
+    size_t n = s->rlen - s->rpos;
+    memmove(s->rbuf, s->rbuf + s->rpos, n);
+    s->scanned -= s->rpos;
+    s->rpos = 0;
+    s->rlen = n;
+  }
+  ssize_t n = weft_read(s->fd, s->rbuf + s->rlen, s->cap - s->rlen);
+  if (n > 0)
+    s->rlen += (size_t)n;
+  return n;
+}
+
+/* Takes len unread bytes out of rbuf into buf. */
+static void take(weft_stream *s, void *buf, size_t len) {
+  memcpy(buf, s->rbuf + s->rpos, len);
+  s->rpos += len;
+  if (s->scanned < s->rpos)
+    s->scanned = s->rpos;
+  if (s->rpos == s->rlen)
+    s->rpos = s->rlen = s->scanned = 0;
+}
+
+/* Drops n unread bytes. */
+static void drop(weft_stream *s, size_t n) {
+  s->rpos += n;
+  if (s->scanned < s->rpos)
+    s->scanned = s->rpos;
+  if (s->rpos == s->rlen)
+    s->rpos = s->rlen = s->scanned = 0;
+}
+
+ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
+  if (!s || !buf || max == 0)
+    return -EINVAL;
+  /* The longest line (with its '\n') that can be returned: it must fit in
+   * buf with its NUL, and in rbuf, which never grows. */
+  size_t limit = max - 1 < s->cap ? max - 1 : s->cap;
+  for (;;) {
+    char *nl = memchr(s->rbuf + s->scanned, '\n', s->rlen - s->scanned);
+    if (nl) {
+      size_t len = (size_t)(nl - (s->rbuf + s->rpos)) + 1;
+      if (s->discarding) {
+        s->discarding = 0;
+        drop(s, len);
+        continue;
+      }
+      if (len > limit) {
+        drop(s, len);
+        return -EMSGSIZE;
+      }
+      take(s, buf, len);
+      buf[len] = '\0';
+      return (ssize_t)len;
+    }
+    s->scanned = s->rlen;
+    size_t avail = s->rlen - s->rpos;
+    if (s->discarding) {
+      drop(s, avail);
+    } else if (avail > limit || avail == s->cap) {
+      /* Too long already: say so now, and skip the rest of it later. */
+      drop(s, avail);
+      s->discarding = 1;
+      return -EMSGSIZE;
+    }
+    ssize_t n = fill(s);
+    if (n < 0)
+      return n;
+    if (n == 0) {
+      /* End of file: what is left is the last line, without its '\n'. */
+      s->discarding = 0;
+      avail = s->rlen - s->rpos;
+      take(s, buf, avail);
+      buf[avail] = '\0';
+      return (ssize_t)avail;
+    }
+  }
+}
+
+ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
+  if (!s || (!buf && len))
+    return -EINVAL;
+  if (len == 0)
+    return 0;
+  size_t avail = s->rlen - s->rpos;
+  if (avail == 0) {
+    /* A large read goes straight to the caller's memory. */
+    if (len >= s->cap)
+      return weft_read(s->fd, buf, len);
+    ssize_t n = fill(s);
+    if (n <= 0)
+      return n;
+    avail = (size_t)n;
+  }
+  size_t n = avail < len ? avail : len;
+  take(s, buf, n);
+  return (ssize_t)n;
+}
+
+ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
+  if (!s || (!buf && len))
+    return -EINVAL;
+  if (len <= s->cap) {
+    /* Gather all of it in rbuf first, so a failure consumes nothing. */
+    while (s->rlen - s->rpos < len) {
+      if (s->rpos + len > s->cap) {
+        size_t n = s->rlen - s->rpos;
+        memmove(s->rbuf, s->rbuf + s->rpos, n);
+        s->scanned -= s->rpos;
+        s->rpos = 0;
+        s->rlen = n;
+      }
+      ssize_t n = weft_read(s->fd, s->rbuf + s->rlen, s->cap - s->rlen);
+      if (n < 0)
+        return n;
+      if (n == 0) {
+        size_t have = s->rlen - s->rpos;
+        take(s, buf, have);
+        return (ssize_t)have;
+      }
+      s->rlen += (size_t)n;
+    }
+    take(s, buf, len);
+    return (ssize_t)len;
+  }
+  /* Larger than the buffer: what is buffered, then straight into buf. */
+  char *p = buf;
+  size_t done = s->rlen - s->rpos;
+  take(s, p, done);
+  while (done < len) {
+    ssize_t n = weft_read(s->fd, p + done, len - done);
+    if (n < 0)
+      return done ? (ssize_t)done : n;
+    if (n == 0)
+      break;
+    done += (size_t)n;
+  }
+  return (ssize_t)done;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+int weft_stream_flush(weft_stream *s) {
+  if (!s)
+    return -EINVAL;
+  size_t done = 0;
+  int rc = 0;
+  while (done < s->wlen) {
+    ssize_t n = weft_write(s->fd, s->wbuf + done, s->wlen - done);
+    if (n < 0) {
+      rc = (int)n;
+      break;
+    }
+    done += (size_t)n;
+  }
+  /* What did not go out stays queued, at the front. */
+  memmove(s->wbuf, s->wbuf + done, s->wlen - done);
+  s->wlen -= done;
+  return rc;
+}
+
+ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len) {
+  if (!s || (!buf && len))
+    return -EINVAL;
+  if (len <= s->cap - s->wlen) {
+    memcpy(s->wbuf + s->wlen, buf, len);
+    s->wlen += len;
+    return (ssize_t)len;
+  }
+  int rc = weft_stream_flush(s);
+  if (rc < 0)
+    return rc;
+  if (len < s->cap) {
+    memcpy(s->wbuf, buf, len);
+    s->wlen = len;
+    return (ssize_t)len;
+  }
+  return weft_write_all(s->fd, buf, len);
+}
+
+int weft_stream_close(weft_stream *s) {
+  if (!s)
+    return 0;
+  int rc = weft_stream_flush(s);
+  int rc2 = weft_close(s->fd);
+  weft__free(s);
+  return rc < 0 ? rc : rc2;
+}

@@ -1,0 +1,373 @@
+/*
+ * Layer 4: timers and callbacks.
+ *
+ * Timers are records, kept in chunks the loop owns (so arming allocates
+ * nothing in the steady state and a record never moves), ordered by a
+ * 4-ary min-heap of (deadline, seq, id) entries. The key is in the entry,
+ * not behind a pointer: sifting compares entries that sit side by side,
+ * and the four children of a node share one cache line, because the heap
+ * array starts three entries past a 64-byte boundary:
+ *
+ *   line:   | pad pad pad [0] | [1] [2] [3] [4] | [5] [6] [7] [8] | ...
+ *                          root  children of 0    children of 1
+ *
+ * `seq` counts armings, so equal deadlines fire in the order they were set.
+ * It is 32 bits to keep an entry at 16 bytes; before it wraps, the heap is
+ * sorted (a sorted array is a valid heap) and renumbered 0..n-1.
+ *
+ * Deadlines are measured from the loop's clock (loop->now, read once per
+ * turn), as libuv does, so timers set in one turn with the same delay tie.
+ * A delay <= 0 counts as 1 ns: such a timer fires at the next turn, never in
+ * the turn that is firing timers now (a callback re-arming itself with no
+ * delay cannot starve the loop).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TIMER_CHUNK 1024u
+#define NOT_ARMED   UINT32_MAX
+
+struct weft__timer_rec {
+  void (*cb)(void *); /* what to run ... */
+  void *arg;          /* ... with this */
+  weft_loop *loop;    /* the loop it belongs to */
+  uint32_t id;        /* its index: chunk * TIMER_CHUNK + slot */
+  uint32_t pos;       /* heap index while armed, else NOT_ARMED */
+  uint32_t next_free; /* id + 1 of the next free record (0: none) */
+  uint16_t gen;       /* handle generation, bumped when freed */
+};
+
+static inline weft__timer_rec *rec_at(const weft_loop *loop, uint32_t id) {
+  return &loop->timer_chunks[id / TIMER_CHUNK][id % TIMER_CHUNK];
+}
+
+/* ---- handles: the record's address, its generation in the top bits ---- */
+#if UINTPTR_MAX > 0xffffffffu
+#define GEN_SHIFT 48
+static weft_timer *handle_of(weft__timer_rec *r) {
+  return (weft_timer *)((uintptr_t)r | ((uintptr_t)r->gen << GEN_SHIFT));
+}
+static weft__timer_rec *rec_of(weft_timer *h) {
+  weft__timer_rec *r =
+      (weft__timer_rec *)((uintptr_t)h & ((((uintptr_t)1) << GEN_SHIFT) - 1));
+  return r->gen == (uint16_t)((uintptr_t)h >> GEN_SHIFT) ? r : NULL;
+}
+#else
+static weft_timer *handle_of(weft__timer_rec *r) { return (weft_timer *)r; }
+static weft__timer_rec *rec_of(weft_timer *h) {
+  return (weft__timer_rec *)h;
+}
+#endif
+
+/* ---- records ---------------------------------------------------------- */
+static int add_chunk(weft_loop *loop) {
+  uint32_t n = loop->timer_nchunks;
+  if ((uint64_t)(n + 1) * TIMER_CHUNK >= NOT_ARMED)
+    return -ENOMEM;
+  weft__timer_rec **v =
+      weft__realloc(loop->timer_chunks, (n + 1) * sizeof *v);
+  if (!v)
+    return -ENOMEM;
+  loop->timer_chunks = v;
+  weft__timer_rec *c = weft__malloc(TIMER_CHUNK * sizeof *c);
+  if (!c)
+    return -ENOMEM;
+  v[n] = c;
+  loop->timer_nchunks = n + 1;
+  for (uint32_t i = TIMER_CHUNK; i-- > 0;) {
+    c[i].id = n * TIMER_CHUNK + i;
+    c[i].gen = 0;
+    c[i].pos = NOT_ARMED;
+    c[i].loop = loop;
+    c[i].next_free = loop->timer_free;
+    loop->timer_free = c[i].id + 1;
+  }
+  return 0;
+}
+
+static weft__timer_rec *rec_new(weft_loop *loop) {
+  if (!loop->timer_free && add_chunk(loop) < 0)
+    return NULL;
+  weft__timer_rec *r = rec_at(loop, loop->timer_free - 1);
+  loop->timer_free = r->next_free;
+  return r;
+}
+
+static void rec_free(weft_loop *loop, weft__timer_rec *r) {
+  r->pos = NOT_ARMED;
+  /* As with tasks: a generation that wrapped would revive a stale handle,
+   * so such a record is retired (1 in 65,536 recycles). */
+  if (++r->gen == 0)
+    return;
+  r->next_free = loop->timer_free;
+  loop->timer_free = r->id + 1;
+}
+
+/* ---- the heap --------------------------------------------------------- */
+static inline int less(const weft__heap_entry *a, const weft__heap_entry *b) {
+  return a->deadline != b->deadline ? a->deadline < b->deadline
+                                    : a->seq < b->seq;
+}
+
+/* Places e at pos and tells its record where it is. */
+static inline void put(weft_loop *loop, uint32_t pos, weft__heap_entry e) {
+  loop->heap[pos] = e;
+  rec_at(loop, e.id)->pos = pos;
+}
+
+static void sift_up(weft_loop *loop, uint32_t pos) {
+  weft__heap_entry e = loop->heap[pos];
+  while (pos > 0) {
+    uint32_t parent = (pos - 1) / 4;
+    if (!less(&e, &loop->heap[parent]))
+      break;
+    put(loop, pos, loop->heap[parent]);
+    pos = parent;
+  }
+  put(loop, pos, e);
+}
+
+static void sift_down(weft_loop *loop, uint32_t pos) {
+  weft__heap_entry *h = loop->heap;
+  weft__heap_entry e = h[pos];
+  uint32_t n = loop->heap_len;
+  for (;;) {
+    uint32_t c = 4 * pos + 1;
+    if (c >= n)
+      break;
+    uint32_t best = c, end = c + 4 < n ? c + 4 : n;
+    for (uint32_t i = c + 1; i < end; i++)
+      if (less(&h[i], &h[best]))
+        best = i;
+    if (!less(&h[best], &e))
+      break;
+    put(loop, pos, h[best]);
+    pos = best;
+  }
+  put(loop, pos, e);
+}
+
+static int heap_grow(weft_loop *loop) {
+  uint32_t cap = loop->heap_cap ? loop->heap_cap * 2 : 64;
+  if (cap < loop->heap_cap || cap >= NOT_ARMED - 8)
+    return -ENOMEM;
+  /* Room for the alignment and the three entries of padding. */
+  weft__heap_entry *mem = weft__malloc((cap + 8) * sizeof *mem);
+  if (!mem)
+    return -ENOMEM;
+  uintptr_t base = ((uintptr_t)mem + 63) & ~(uintptr_t)63;
+  weft__heap_entry *heap = (weft__heap_entry *)base + 3;
+  if (loop->heap_len)
+    memcpy(heap, loop->heap, loop->heap_len * sizeof *heap);
+  weft__free(loop->heap_mem);
+  loop->heap_mem = mem;
+  loop->heap = heap;
+  loop->heap_cap = cap;
+  return 0;
+}
+
+static int by_key(const void *a, const void *b) {
+  const weft__heap_entry *x = a, *y = b;
+  return less(x, y) ? -1 : less(y, x) ? 1 : 0;
+}
+
+/* The sequence numbers are about to wrap: sort (a sorted array is a heap)
+ * and number the entries afresh, keeping their order. */
+static void renumber(weft_loop *loop) {
+  qsort(loop->heap, loop->heap_len, sizeof *loop->heap, by_key);
+  for (uint32_t i = 0; i < loop->heap_len; i++) {
+    loop->heap[i].seq = i;
+    rec_at(loop, loop->heap[i].id)->pos = i;
+  }
+  loop->seq_next = loop->heap_len;
+}
+
+static void heap_remove(weft_loop *loop, uint32_t pos) {
+  uint32_t last = --loop->heap_len;
+  if (pos == last)
+    return;
+  weft__heap_entry moved = loop->heap[last];
+  put(loop, pos, moved);
+  if (pos > 0 && less(&moved, &loop->heap[(pos - 1) / 4]))
+    sift_up(loop, pos);
+  else
+    sift_down(loop, pos);
+}
+
+/* ---- arming ----------------------------------------------------------- */
+int64_t weft__loop_clock(weft_loop *loop) {
+  return loop->running ? loop->now : weft_now();
+}
+
+static weft__timer_rec *arm(weft_loop *loop, int64_t deadline,
+                            void (*cb)(void *), void *arg) {
+  if (loop->heap_len == loop->heap_cap && heap_grow(loop) < 0)
+    return NULL;
+  weft__timer_rec *r = rec_new(loop);
+  if (!r)
+    return NULL;
+  if (loop->seq_next == UINT32_MAX)
+    renumber(loop);
+  r->cb = cb;
+  r->arg = arg;
+  uint32_t pos = loop->heap_len++;
+  loop->heap[pos] = (weft__heap_entry){deadline, loop->seq_next++, r->id};
+  sift_up(loop, pos);
+  return r;
+}
+
+static void disarm(weft_loop *loop, weft__timer_rec *r) {
+  heap_remove(loop, r->pos);
+  rec_free(loop, r);
+}
+
+/* The deadline `delay` after the loop's clock, at least 1 ns ahead and
+ * never past WEFT_NEVER. */
+static int64_t deadline_after(weft_loop *loop, int64_t delay) {
+  int64_t now = weft__loop_clock(loop);
+  if (delay < 1)
+    delay = 1;
+  return delay > WEFT_NEVER - now ? WEFT_NEVER : now + delay;
+}
+
+weft_timer *weft_call_at(int64_t deadline, void (*cb)(void *), void *arg) {
+  weft_loop *loop = weft_loop_current();
+  if (!cb || !loop) {
+    errno = EINVAL;
+    return NULL;
+  }
+  int64_t earliest = deadline_after(loop, 1);
+  weft__timer_rec *r =
+      arm(loop, deadline < earliest ? earliest : deadline, cb, arg);
+  if (!r) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return handle_of(r);
+}
+
+weft_timer *weft_call_later(int64_t delay, void (*cb)(void *), void *arg) {
+  weft_loop *loop = weft_loop_current();
+  if (!cb || !loop) {
+    errno = EINVAL;
+    return NULL;
+  }
+  weft__timer_rec *r = arm(loop, deadline_after(loop, delay), cb, arg);
+  if (!r) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return handle_of(r);
+}
+
+int weft_timer_cancel(weft_timer *h) {
+  if (!h)
+    return -EINVAL;
+  weft__timer_rec *r = rec_of(h);
+  if (!r || r->pos == NOT_ARMED)
+    return -ENOENT;
+  disarm(r->loop, r);
+  return 0;
+}
+
+void weft__timer_seq_set(weft_loop *loop, uint32_t seq) {
+  loop->seq_next = seq;
+}
+
+int64_t weft__timers_next(const weft_loop *loop) {
+  return loop->heap_len ? loop->heap[0].deadline : WEFT_NEVER;
+}
+
+void weft__timers_fire(weft_loop *loop) {
+  /* Re-read the heap every time: a callback may arm or cancel timers. */
+  while (loop->heap_len && loop->heap[0].deadline <= loop->now) {
+    weft__timer_rec *r = rec_at(loop, loop->heap[0].id);
+    void (*cb)(void *) = r->cb;
+    void *arg = r->arg;
+    disarm(loop, r);
+    cb(arg);
+    if (loop->stop)
+      break;
+  }
+}
+
+/* ---- sleeping --------------------------------------------------------- */
+static void wake_sleeper(void *arg) { weft__wake(arg, 0); }
+
+static void undo_sleep(weft_task *t, void *arg) {
+  (void)t;
+  weft__timer_rec *r = arg;
+  disarm(r->loop, r);
+}
+
+int weft_sleep(int64_t delay) {
+  weft_task *t = weft__running_task();
+  if (!t)
+    return -EINVAL;
+  if (delay <= 0)
+    return weft_yield();
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  weft__timer_rec *r = arm(t->loop, deadline_after(t->loop, delay),
+                           wake_sleeper, t);
+  if (!r)
+    return -ENOMEM;
+  return weft__park("sleep", undo_sleep, r);
+}
+
+/* ---- callbacks -------------------------------------------------------- */
+static int cbs_grow(weft_loop *loop) {
+  size_t cap = loop->cb_cap ? loop->cb_cap * 2 : 64;
+  weft__callback *v = weft__malloc(cap * sizeof *v);
+  if (!v)
+    return -ENOMEM;
+  /* Unwrap the ring into the new array. */
+  for (size_t i = 0; i < loop->cb_len; i++)
+    v[i] = loop->cbs[(loop->cb_head + i) % loop->cb_cap];
+  weft__free(loop->cbs);
+  loop->cbs = v;
+  loop->cb_cap = cap;
+  loop->cb_head = 0;
+  return 0;
+}
+
+int weft_call_soon(void (*cb)(void *), void *arg) {
+  weft_loop *loop = weft_loop_current();
+  if (!cb || !loop)
+    return -EINVAL;
+  if (loop->cb_len == loop->cb_cap && cbs_grow(loop) < 0)
+    return -ENOMEM;
+  size_t tail = (loop->cb_head + loop->cb_len) % loop->cb_cap;
+  loop->cbs[tail] = (weft__callback){cb, arg};
+  loop->cb_len++;
+  return 0;
+}
+
+void weft__callbacks_run(weft_loop *loop) {
+  /* Only those queued before this turn: later ones wait for the next. */
+  for (size_t n = loop->cb_len; n > 0 && !loop->stop; n--) {
+    weft__callback c = loop->cbs[loop->cb_head];
+    loop->cb_head = (loop->cb_head + 1) % loop->cb_cap;
+    loop->cb_len--;
+    c.cb(c.arg);
+  }
+}
+
+void weft__timers_free(weft_loop *loop) {
+  for (uint32_t i = 0; i < loop->timer_nchunks; i++)
+    weft__free(loop->timer_chunks[i]);
+  weft__free(loop->timer_chunks);
+  weft__free(loop->heap_mem);
+  weft__free(loop->cbs);
+  loop->timer_chunks = NULL;
+  loop->timer_nchunks = 0;
+  loop->timer_free = 0;
+  loop->heap_mem = loop->heap = NULL;
+  loop->heap_len = loop->heap_cap = 0;
+  loop->cbs = NULL;
+  loop->cb_len = loop->cb_cap = loop->cb_head = 0;
+}
