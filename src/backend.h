@@ -60,6 +60,11 @@ typedef struct weft__waiter {
 #define FD_WATCHED    8u  /* the backend watches it (epoll: registered) */
 #define FD_UNPOLLABLE 16u /* a regular file: calls never wait */
 #define FD_SOCKET     32u /* a socket: write() becomes send(MSG_NOSIGNAL) */
+#define FD_HUP        64u /* hang-up or error seen: a short read drains nothing */
+
+/* With WEFT_READ / WEFT_WRITE in weft__fd_event's events: the backend saw a
+ * hang-up or an error, which stays pending after a short read. */
+#define WEFT__HUP 4
 
 /* What the loop knows about one fd number (loop->fds[fd]). */
 struct weft__fd {

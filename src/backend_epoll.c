@@ -87,6 +87,8 @@ static int epoll_poll(weft_loop *loop, int64_t timeout) {
       events |= WEFT_READ;
     if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
       events |= WEFT_WRITE;
+    if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+      events |= WEFT__HUP;
     weft__fd_event(loop, st->events[i].data.fd, events);
   }
   if (n == st->cap && st->cap < EVENTS_MAX) {

@@ -100,6 +100,7 @@ struct weft_loop {
   weft_loop *next_on_thread; /* the thread's older loops (weft_loop_current) */
   weft_task *dead;           /* ended; its stack awaits release (reap) */
   unsigned batch;            /* hand-offs left before the loop runs again */
+  weft_task *batch_last;     /* the last task this turn runs (NULL: done) */
   int running;               /* inside weft_loop_run */
   int stop;                  /* weft_loop_stop was called */
 
@@ -143,9 +144,10 @@ int weft__park(const char *what, weft__undo_fn undo, void *arg);
  * task that is not parked. */
 void weft__wake(weft_task *t, int rc);
 
-/* Runs ready tasks, in order, until none is ready or WEFT__BATCH of them
- * have run; tasks hand the CPU to each other directly, and the loop gets it
- * back at the end (task.c). */
+/* Runs the tasks that are ready, in order, until the last of those that
+ * were ready when it began has run or WEFT__BATCH of them have; tasks hand
+ * the CPU to each other directly, and the loop gets it back at the end
+ * (task.c). A task made ready meanwhile waits for the next turn. */
 void weft__run_ready(weft_loop *loop);
 
 /* Task switches in one turn of the loop before it looks at timers and I/O. */

@@ -18,6 +18,9 @@
  * instead, which saves a syscall per message on a busy connection. (The
  * event cannot be missed: epoll's registration is made when the fd is
  * first seen, and reports every new arrival; poll is level-triggered.)
+ * Not so once the peer has hung up or an error is pending (FD_HUP): that
+ * stays after the data is drained, and edge-triggered epoll reported it
+ * only once, so the next read must be tried.
  */
 #include "backend.h"
 
@@ -187,6 +190,10 @@ void weft__fd_event(weft_loop *loop, int fd, int events) {
   if (fd < 0 || (size_t)fd >= loop->nfds)
     return;
   weft__fd *e = &loop->fds[fd];
+  if (events & WEFT__HUP) {
+    e->flags |= FD_HUP;
+    events &= ~WEFT__HUP;
+  }
   e->ready |= (uint8_t)events;
   weft__waiter *w = e->waiters;
   while (w) {
@@ -238,7 +245,7 @@ static ssize_t try_op(const weft__op *op, const weft__fd *e) {
 /* A short transfer drained (or filled) the buffer: see the top. */
 static void note_short(weft__fd *e, const weft__op *op, ssize_t n) {
   if (n <= 0 || (size_t)n >= op->len || !(e->flags & FD_STREAM) ||
-      (op->flags & MSG_PEEK))
+      (e->flags & FD_HUP) || (op->flags & MSG_PEEK))
     return;
   if (op->kind == OP_READ || op->kind == OP_RECV)
     e->ready &= (uint8_t)~WEFT_READ;

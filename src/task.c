@@ -159,10 +159,13 @@ static void reap(weft_loop *loop) {
 /* Who runs after the current task: the next ready one, or NULL for the
  * loop itself. */
 static weft_task *pick_next(weft_loop *loop) {
-  if (!loop->ready_head || loop->batch == 0 || loop->stop)
+  if (!loop->ready_head || !loop->batch_last || loop->batch == 0 ||
+      loop->stop)
     return NULL;
   loop->batch--;
   weft_task *next = pop_ready(loop);
+  if (next == loop->batch_last)
+    loop->batch_last = NULL; /* the turn's last: the loop comes next */
   next->state = TASK_RUNNING;
   return next;
 }
@@ -217,8 +220,12 @@ static void task_entry(void *p) {
 }
 
 void weft__run_ready(weft_loop *loop) {
+  /* A turn runs the tasks that were ready when it began: one that yields,
+   * or is woken, now runs after the callbacks and I/O of the next turn. */
+  weft_task *last = loop->ready_tail;
   loop->batch = WEFT__BATCH - 1;
   weft_task *t = pop_ready(loop);
+  loop->batch_last = t == last ? NULL : last;
   t->state = TASK_RUNNING;
   weft__ctx_switch(&loop->ctx, ctx_for(loop, t), t);
   loop->current = NULL;

@@ -126,6 +126,31 @@
     exit(77);                                                                  \
   } while (0)
 
+/* Open file descriptors of this process (entries of /proc/self/fd, not
+ * counting the one that reads it). A test takes it at the start and checks
+ * it again at the end: every fd it made must be closed. */
+#include <dirent.h>
+static inline int check_fd_count(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d)
+    return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n - 1;
+}
+
+/* Process CPU time (user + system) in ns. */
+#include <time.h>
+static inline int64_t check_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Resident memory of this process, in bytes (from /proc/self/statm). */
 static inline size_t check_rss(void) {
   FILE *f = fopen("/proc/self/statm", "r");

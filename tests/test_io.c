@@ -1,0 +1,341 @@
+/*
+ * fd waits and the I/O calls on pipes, socketpairs and files (run once per
+ * backend).
+ *
+ *  - a reader parks until a writer (in another task, later) writes; the
+ *    bytes arrive exactly, in order, through 4 MiB of write_all;
+ *  - weft_wait_fd: the events that are ready, -EINVAL, -EBADF;
+ *  - weft_close wakes every task waiting on the fd with -EBADF and leaves
+ *    nothing registered: the same fd number, reused, works at once;
+ *  - a cancelled read consumed nothing; a cancelled wait returns
+ *    -ECANCELED; a task cancelled before its call never makes it;
+ *  - a write to a pipe with no reader is -EPIPE (no SIGPIPE), and the
+ *    thread's signal mask is left as it was;
+ *  - recv/send with flags (MSG_PEEK), an fd that was blocking is made
+ *    non-blocking, a regular file reads without waiting;
+ *  - signals (SIGALRM every ms, no SA_RESTART) interrupt nothing;
+ *  - every call outside a task is -EINVAL;
+ *  - no fd is left open.
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+
+static void run(void *(*fn)(void *), void *arg) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
+/* ---- a reader waits for a writer -------------------------------------- */
+#define BIG (4 << 20)
+static int pipefd[2];
+
+static void *slow_writer(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
+  CHECK_EQ(weft_write(pipefd[1], "hello", 5), 5);
+  return NULL;
+}
+
+static void *big_writer(void *arg) {
+  unsigned char *buf = malloc(BIG);
+  for (int i = 0; i < BIG; i++)
+    buf[i] = (unsigned char)(i * 7 + i / 251);
+  CHECK_EQ(weft_write_all(I(arg), buf, BIG), BIG);
+  free(buf);
+  CHECK_EQ(weft_close(I(arg)), 0);
+  return NULL;
+}
+
+static void *reader_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(pipe(pipefd), 0);
+  CHECK(weft_spawn(slow_writer, NULL));
+  char buf[16];
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 5);
+  CHECK_GE(weft_now() - t0, WEFT_MS(10));
+  CHECK(memcmp(buf, "hello", 5) == 0);
+  CHECK_EQ(weft_close(pipefd[1]), 0);
+  CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 0); /* end of file */
+  CHECK_EQ(weft_close(pipefd[0]), 0);
+
+  /* 4 MiB through a socketpair, both ends in tasks, read in odd sizes. */
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK(weft_spawn(big_writer, P(sv[1])));
+  unsigned char *got = malloc(BIG);
+  size_t have = 0;
+  for (;;) {
+    ssize_t n = weft_recv(sv[0], got + have, have % 3 ? 1000 : 65536, 0);
+    CHECK_GE(n, 0);
+    if (n == 0)
+      break;
+    have += (size_t)n;
+    CHECK_LE(have, BIG);
+  }
+  CHECK_EQ(have, BIG);
+  for (int i = 0; i < BIG; i++)
+    if (got[i] != (unsigned char)(i * 7 + i / 251))
+      CHECK_EQ(i, -1);
+  free(got);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  return NULL;
+}
+
+static void test_reader_writer(void) { run(reader_main, NULL); }
+
+/* ---- weft_wait_fd ----------------------------------------------------- */
+static void *wait_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(weft_wait_fd(sv[0], WEFT_WRITE), WEFT_WRITE);
+  CHECK_EQ(weft_wait_fd(sv[0], WEFT_READ | WEFT_WRITE), WEFT_WRITE);
+  CHECK_EQ(weft_wait_fd(sv[0], 0), -EINVAL);
+  CHECK_EQ(weft_wait_fd(sv[0], 4), -EINVAL);
+  CHECK_EQ(weft_wait_fd(-1, WEFT_READ), -EBADF);
+  CHECK_EQ(weft_wait_fd(1000000, WEFT_READ), -EBADF);
+  CHECK_EQ(weft_send(sv[1], "x", 1, 0), 1);
+  CHECK_EQ(weft_wait_fd(sv[0], WEFT_READ), WEFT_READ);
+  /* MSG_PEEK leaves the byte; the next recv takes it. */
+  char c = 0;
+  CHECK_EQ(weft_recv(sv[0], &c, 1, MSG_PEEK), 1);
+  CHECK_EQ(weft_recv(sv[0], &c, 1, 0), 1);
+  CHECK_EQ(c, 'x');
+  /* Peer gone: readable (end of file). */
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_wait_fd(sv[0], WEFT_READ), WEFT_READ);
+  CHECK_EQ(weft_recv(sv[0], &c, 1, 0), 0);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  return NULL;
+}
+
+static void test_wait_fd(void) { run(wait_main, NULL); }
+
+/* ---- close wakes the waiters ------------------------------------------ */
+static int waiting;
+
+static void *blocked_reader(void *arg) {
+  char c;
+  waiting++;
+  ssize_t n = weft_read(I(arg), &c, 1);
+  waiting--;
+  return P(n);
+}
+
+static void *blocked_waiter(void *arg) {
+  waiting++;
+  int n = weft_wait_fd(I(arg), WEFT_READ);
+  waiting--;
+  return P(n);
+}
+
+static void *close_main(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  weft_task *a = weft_spawn(blocked_reader, P(p[0]));
+  weft_task *b = weft_spawn(blocked_waiter, P(p[0]));
+  weft_task *c = weft_spawn(blocked_reader, P(p[0]));
+  CHECK(a && b && c);
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(waiting, 3);
+  CHECK_EQ(weft_close(p[0]), 0);
+  void *r;
+  CHECK_EQ(weft_join(a, &r), 0);
+  CHECK_EQ(I(r), -EBADF);
+  CHECK_EQ(weft_join(b, &r), 0);
+  CHECK_EQ(I(r), -EBADF);
+  CHECK_EQ(weft_join(c, &r), 0);
+  CHECK_EQ(I(r), -EBADF);
+  CHECK_EQ(waiting, 0);
+  /* The number comes back at once; nothing of the old fd is left. */
+  int q[2];
+  CHECK_EQ(pipe(q), 0);
+  CHECK_EQ(q[0], p[0]);
+  weft_task *d = weft_spawn(blocked_reader, P(q[0]));
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(weft_write(q[1], "z", 1), 1);
+  CHECK_EQ(weft_join(d, &r), 0);
+  CHECK_EQ(I(r), 1);
+  CHECK_EQ(weft_close(q[0]), 0);
+  CHECK_EQ(weft_close(q[1]), 0);
+  CHECK_EQ(weft_close(p[1]), 0);
+  CHECK_EQ(weft_close(-1), -EBADF);
+  return NULL;
+}
+
+static void test_close_wakes(void) { run(close_main, NULL); }
+
+/* ---- cancellation ----------------------------------------------------- */
+static void *cancel_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_task *r = weft_spawn(blocked_reader, P(sv[0]));
+  weft_task *w = weft_spawn(blocked_waiter, P(sv[0]));
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(weft_cancel(r), 0);
+  CHECK_EQ(weft_cancel(w), 0);
+  void *res;
+  CHECK_EQ(weft_join(r, &res), 0);
+  CHECK_EQ(I(res), -ECANCELED);
+  CHECK_EQ(weft_join(w, &res), 0);
+  CHECK_EQ(I(res), -ECANCELED);
+  /* Nothing was consumed: the byte sent now is there for the next read. */
+  CHECK_EQ(weft_send(sv[1], "k", 1, 0), 1);
+  char c = 0;
+  CHECK_EQ(weft_read(sv[0], &c, 1), 1);
+  CHECK_EQ(c, 'k');
+  /* Cancelled before it ran: the read does not happen. */
+  CHECK_EQ(weft_send(sv[1], "m", 1, 0), 1);
+  r = weft_spawn(blocked_reader, P(sv[0]));
+  CHECK_EQ(weft_cancel(r), 0);
+  CHECK_EQ(weft_join(r, &res), 0);
+  CHECK_EQ(I(res), -ECANCELED);
+  CHECK_EQ(weft_read(sv[0], &c, 1), 1);
+  CHECK_EQ(c, 'm');
+  CHECK_EQ(weft_close(sv[0]), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  return NULL;
+}
+
+static void test_cancel(void) { run(cancel_main, NULL); }
+
+/* ---- EPIPE, not SIGPIPE ----------------------------------------------- */
+static void *epipe_main(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  CHECK_EQ(weft_close(p[0]), 0);
+  CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
+  CHECK_EQ(weft_write_all(p[1], "xy", 2), -EPIPE);
+  CHECK_EQ(weft_close(p[1]), 0);
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_send(sv[0], "x", 1, 0), -EPIPE);
+  CHECK_EQ(weft_write(sv[0], "x", 1), -EPIPE);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  return NULL;
+}
+
+static void test_epipe(void) {
+  sigset_t before, after, pending;
+  CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
+  CHECK(!sigismember(&before, SIGPIPE));
+  run(epipe_main, NULL); /* a SIGPIPE would have killed us here */
+  CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
+  CHECK(!sigismember(&after, SIGPIPE));
+  CHECK_EQ(sigpending(&pending), 0);
+  CHECK(!sigismember(&pending, SIGPIPE));
+}
+
+/* ---- files, blocking fds, signals ------------------------------------- */
+static void *misc_main(void *arg) {
+  (void)arg;
+  /* A regular file: reads never wait. */
+  char path[] = "/tmp/weft-test-io-XXXXXX";
+  int f = mkstemp(path);
+  CHECK_GE(f, 0);
+  unlink(path);
+  CHECK_EQ(weft_write(f, "file data", 9), 9);
+  CHECK_EQ(lseek(f, 0, SEEK_SET), 0);
+  char buf[32];
+  CHECK_EQ(weft_read(f, buf, sizeof buf), 9);
+  CHECK(memcmp(buf, "file data", 9) == 0);
+  CHECK_EQ(weft_read(f, buf, sizeof buf), 0);
+  CHECK_EQ(weft_close(f), 0);
+  /* A blocking pipe is made non-blocking: the read parks the task, not
+   * the thread (the writer task gets to run). */
+  CHECK_EQ(pipe(pipefd), 0);
+  CHECK_EQ(fcntl(pipefd[0], F_GETFL) & O_NONBLOCK, 0);
+  CHECK(weft_spawn(slow_writer, NULL));
+  CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 5);
+  CHECK(fcntl(pipefd[0], F_GETFL) & O_NONBLOCK);
+  CHECK_EQ(weft_close(pipefd[0]), 0);
+  CHECK_EQ(weft_close(pipefd[1]), 0);
+  return NULL;
+}
+
+static void test_misc(void) { run(misc_main, NULL); }
+
+static volatile sig_atomic_t alarms;
+static void on_alarm(int sig) {
+  (void)sig;
+  alarms++;
+}
+
+static void *signal_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(pipe(pipefd), 0);
+  CHECK(weft_spawn(slow_writer, NULL));
+  char buf[8];
+  CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 5);
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0);
+  CHECK_EQ(weft_close(pipefd[0]), 0);
+  CHECK_EQ(weft_close(pipefd[1]), 0);
+  return NULL;
+}
+
+static void test_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm; /* no SA_RESTART: the waits see EINTR */
+  CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
+  struct itimerval it = {{0, 1000}, {0, 1000}};
+  CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+  run(signal_main, NULL);
+  struct itimerval off = {{0, 0}, {0, 0}};
+  CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+  signal(SIGALRM, SIG_DFL);
+  CHECK_GT(alarms, 5);
+}
+
+static void test_outside_task(void) {
+  char c;
+  CHECK_EQ(weft_read(0, &c, 1), -EINVAL);
+  CHECK_EQ(weft_write(1, &c, 0), -EINVAL);
+  CHECK_EQ(weft_recv(0, &c, 1, 0), -EINVAL);
+  CHECK_EQ(weft_send(0, &c, 1, 0), -EINVAL);
+  CHECK_EQ(weft_accept(0, NULL, NULL), -EINVAL);
+  CHECK_EQ(weft_wait_fd(0, WEFT_READ), -EINVAL);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK_EQ(weft_read(0, &c, 1), -EINVAL);
+  CHECK_EQ(weft_wait_fd(0, WEFT_READ), -EINVAL);
+  weft_loop_free(loop);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  int fds = check_fd_count();
+  test_outside_task();
+  test_reader_writer();
+  test_wait_fd();
+  test_close_wakes();
+  test_cancel();
+  test_epipe();
+  test_misc();
+  test_signals();
+  CHECK_EQ(check_fd_count(), fds);
+  printf("test_io: ok\n");
+  return 0;
+}

@@ -1,0 +1,391 @@
+/*
+ * The loop: callbacks, timers and sleep (run once per backend).
+ *
+ *  - call_soon runs callbacks in order, from the loop; one queued while
+ *    callbacks run waits for the next turn (tasks run in between);
+ *  - timers fire in (deadline, order set) order: equal deadlines in the
+ *    order they were set, 100,000 random ones sorted, half of them
+ *    cancelled; cancel returns 0, then -ENOENT, also after firing and from
+ *    a callback of the same turn;
+ *  - a timer re-armed with delay 0 from its own callback lets tasks run;
+ *  - weft_sleep: waits at least its delay, 0 yields, -ECANCELED at once
+ *    (and leaves no timer behind), -EINVAL outside a task;
+ *  - the loop's clock is read once per turn;
+ *  - weft_loop_run returns when only timers were left and they fired;
+ *    a loop freed with timers armed leaks nothing;
+ *  - a loop sleeping 200 ms uses under 5 ms of CPU;
+ *  - misuse: NULL callbacks, no loop.
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+
+static char trace[4096];
+static size_t ntrace;
+
+static void note(const char *s) {
+  size_t n = strlen(s);
+  CHECK_LT(ntrace + n, sizeof trace);
+  memcpy(trace + ntrace, s, n + 1);
+  ntrace += n;
+}
+
+static void trace_reset(void) {
+  ntrace = 0;
+  trace[0] = '\0';
+}
+
+static void note_cb(void *arg) { note(arg); }
+
+/* Runs fn as the only task of a fresh loop; returns what the run returned. */
+static int run_task(void *(*fn)(void *), void *arg) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg) != NULL || fn == NULL);
+  int rc = weft_loop_run(loop);
+  weft_loop_free(loop);
+  return rc;
+}
+
+/* ---- call_soon -------------------------------------------------------- */
+static void queue_c(void *arg) {
+  note(arg);
+  CHECK_EQ(weft_call_soon(note_cb, "C"), 0);
+}
+
+static void *soon_task(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_call_soon(queue_c, "A"), 0);
+  CHECK_EQ(weft_call_soon(note_cb, "B"), 0);
+  note("t");
+  CHECK_EQ(weft_yield(), 0);
+  note("y1");
+  CHECK_EQ(weft_yield(), 0);
+  note("y2");
+  return NULL;
+}
+
+static void test_call_soon(void) {
+  trace_reset();
+  CHECK_EQ(run_task(soon_task, NULL), 0);
+  /* A and B run at the turn after the task queued them; C, queued by A,
+   * waits for the turn after that. */
+  CHECK_STR_EQ(trace, "tABy1Cy2");
+}
+
+static void test_misuse(void) {
+  CHECK_EQ(weft_call_soon(note_cb, "x"), -EINVAL); /* no loop */
+  errno = 0;
+  CHECK(weft_call_later(0, note_cb, "x") == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(weft_timer_cancel(NULL), -EINVAL);
+  CHECK_EQ(weft_sleep(1), -EINVAL);
+  int64_t a = weft_now(), b = weft_loop_now(), c = weft_now();
+  CHECK(a <= b && b <= c); /* outside a loop: weft_now() */
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK_EQ(weft_call_soon(NULL, NULL), -EINVAL);
+  errno = 0;
+  CHECK(weft_call_later(0, NULL, NULL) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(weft_sleep(1), -EINVAL); /* a loop, but not in a task */
+  weft_loop_free(loop);
+}
+
+static void test_backend_name(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  const char *env = getenv("WEFT_BACKEND");
+  CHECK_STR_EQ(weft_loop_backend(loop), env && *env ? env : "epoll");
+  weft_loop_free(loop);
+  weft_config cfg = {.backend = "poll"};
+  loop = weft_loop_new(&cfg);
+  CHECK(loop);
+  CHECK_STR_EQ(weft_loop_backend(loop), "poll");
+  weft_loop_free(loop);
+  cfg.backend = "kqueue";
+  errno = 0;
+  CHECK(weft_loop_new(&cfg) == NULL);
+  CHECK_EQ(errno, EINVAL);
+}
+
+/* ---- timer order ------------------------------------------------------ */
+static void *equal_task(void *arg) {
+  (void)arg;
+  static const char *names[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  int64_t when = weft_loop_now() + WEFT_MS(5);
+  for (int i = 0; i < 8; i++)
+    CHECK(weft_call_at(when, note_cb, (void *)names[i]));
+  /* An earlier one set last fires first. */
+  CHECK(weft_call_at(when - WEFT_MS(1), note_cb, "0"));
+  return NULL;
+}
+
+static void test_equal_deadlines(void) {
+  trace_reset();
+  CHECK_EQ(run_task(equal_task, NULL), 0);
+  CHECK_STR_EQ(trace, "0abcdefgh");
+}
+
+#define NRANDOM 100000
+static struct rtimer {
+  int64_t deadline;
+  int seq;
+  int cancelled;
+  int fired;
+  weft_timer *t;
+} rt[NRANDOM];
+static int last_fired = -1;
+static int nfired;
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static void random_cb(void *arg) {
+  struct rtimer *r = arg;
+  CHECK(!r->cancelled);
+  CHECK(!r->fired);
+  CHECK(weft_loop_now() >= r->deadline);
+  r->fired = 1;
+  if (last_fired >= 0) {
+    struct rtimer *p = &rt[last_fired];
+    CHECK(p->deadline < r->deadline ||
+          (p->deadline == r->deadline && p->seq < r->seq));
+  }
+  last_fired = (int)(r - rt);
+  nfired++;
+}
+
+static void *random_task(void *arg) {
+  (void)arg;
+  int64_t base = weft_loop_now();
+  for (int i = 0; i < NRANDOM; i++) {
+    /* 0-49 ms in 1 ms steps: many equal deadlines. */
+    rt[i].deadline = base + WEFT_MS((int64_t)(next_rand() % 50));
+    rt[i].seq = i;
+    rt[i].t = weft_call_at(rt[i].deadline, random_cb, &rt[i]);
+    CHECK(rt[i].t);
+  }
+  for (int i = 0; i < NRANDOM; i++)
+    if (next_rand() & 1) {
+      CHECK_EQ(weft_timer_cancel(rt[i].t), 0);
+      CHECK_EQ(weft_timer_cancel(rt[i].t), -ENOENT);
+      rt[i].cancelled = 1;
+    }
+  return NULL;
+}
+
+static void test_random_order(void) {
+  CHECK_EQ(run_task(random_task, NULL), 0);
+  int want = 0;
+  for (int i = 0; i < NRANDOM; i++) {
+    CHECK_EQ(rt[i].fired, !rt[i].cancelled);
+    want += !rt[i].cancelled;
+  }
+  CHECK_EQ(nfired, want);
+  CHECK_GT(want, NRANDOM / 3);
+}
+
+/* ---- cancel ----------------------------------------------------------- */
+static weft_timer *victim;
+static int victim_ran;
+
+static void victim_cb(void *arg) {
+  (void)arg;
+  victim_ran = 1;
+}
+
+static void killer_cb(void *arg) {
+  (void)arg;
+  /* Both are due in this turn; the victim, set after, has not run. */
+  CHECK_EQ(weft_timer_cancel(victim), 0);
+}
+
+static weft_timer *fired_handle;
+static void *cancel_task(void *arg) {
+  (void)arg;
+  int64_t when = weft_loop_now() + WEFT_MS(2);
+  CHECK(weft_call_at(when, killer_cb, NULL));
+  victim = weft_call_at(when, victim_cb, NULL);
+  CHECK(victim);
+  fired_handle = weft_call_later(0, note_cb, "f");
+  CHECK(fired_handle);
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
+  CHECK_EQ(weft_timer_cancel(fired_handle), -ENOENT); /* it fired */
+  CHECK_EQ(weft_timer_cancel(victim), -ENOENT);       /* cancelled */
+  /* A handle whose record was reused by a new timer is still stale. */
+  weft_timer *fresh = weft_call_later(WEFT_SEC(100), note_cb, "never");
+  CHECK(fresh);
+  CHECK_EQ(weft_timer_cancel(fired_handle), -ENOENT);
+  CHECK_EQ(weft_timer_cancel(victim), -ENOENT);
+  CHECK_EQ(weft_timer_cancel(fresh), 0);
+  return NULL;
+}
+
+static void test_cancel(void) {
+  trace_reset();
+  victim_ran = 0;
+  int64_t t0 = weft_now();
+  CHECK_EQ(run_task(cancel_task, NULL), 0);
+  CHECK_EQ(victim_ran, 0);
+  CHECK_STR_EQ(trace, "f");
+  /* The 100 s timer was cancelled, so the loop did not wait for it. */
+  CHECK_LT(weft_now() - t0, WEFT_SEC(5));
+}
+
+/* A timer that re-arms itself with delay 0 fires once per turn. */
+static int rearms;
+static void rearm_cb(void *arg) {
+  (void)arg;
+  note("r");
+  if (++rearms < 3)
+    CHECK(weft_call_later(0, rearm_cb, NULL));
+}
+
+static void *rearm_task(void *arg) {
+  (void)arg;
+  CHECK(weft_call_later(0, rearm_cb, NULL));
+  for (int i = 0; i < 4; i++) {
+    note("t");
+    CHECK_EQ(weft_yield(), 0);
+  }
+  return NULL;
+}
+
+static void test_rearm_zero(void) {
+  trace_reset();
+  rearms = 0;
+  CHECK_EQ(run_task(rearm_task, NULL), 0);
+  CHECK_STR_EQ(trace, "trtrtrt");
+}
+
+/* ---- sleep ------------------------------------------------------------ */
+static void *sleeper(void *arg) {
+  int64_t d = (int64_t)I(arg);
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_sleep(d), 0);
+  CHECK_GE(weft_now() - t0, d);
+  return NULL;
+}
+
+static void *zero_sleeper(void *arg) {
+  note(arg);
+  CHECK_EQ(weft_sleep(0), 0);
+  note(arg);
+  CHECK_EQ(weft_sleep(-5), 0);
+  note(arg);
+  return NULL;
+}
+
+static void test_sleep(void) {
+  CHECK_EQ(run_task(sleeper, P(WEFT_MS(20))), 0);
+  trace_reset();
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(weft_spawn(zero_sleeper, "a"));
+  CHECK(weft_spawn(zero_sleeper, "b"));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+  CHECK_STR_EQ(trace, "ababab");
+}
+
+static void *long_sleeper(void *arg) {
+  (void)arg;
+  return P(weft_sleep(WEFT_SEC(30)));
+}
+
+static void *canceller(void *arg) {
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  CHECK_EQ(weft_cancel(arg), 0);
+  return NULL;
+}
+
+static void test_sleep_cancel(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  weft_task *s = weft_spawn(long_sleeper, NULL);
+  CHECK(s);
+  CHECK(weft_spawn(canceller, s));
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_loop_run(loop), 0);
+  /* The sleep's timer went with it: the loop did not wait 30 s. */
+  CHECK_LT(weft_now() - t0, WEFT_SEC(5));
+  void *res;
+  CHECK_EQ(weft_join(s, &res), 0);
+  CHECK_EQ(I(res), -ECANCELED);
+  weft_loop_free(loop);
+}
+
+/* ---- the clock -------------------------------------------------------- */
+static void *clock_task(void *arg) {
+  (void)arg;
+  int64_t a = weft_loop_now();
+  int64_t spin = weft_now() + WEFT_MS(2);
+  while (weft_now() < spin)
+    ;
+  CHECK_EQ(weft_loop_now(), a); /* same turn: the same reading */
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_GE(weft_loop_now() - a, WEFT_MS(2)); /* read again next turn */
+  return NULL;
+}
+
+static void test_clock(void) { CHECK_EQ(run_task(clock_task, NULL), 0); }
+
+/* ---- running out of work --------------------------------------------- */
+static void test_only_timers(void) {
+  trace_reset();
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(weft_call_later(WEFT_MS(3), note_cb, "2"));
+  CHECK(weft_call_later(WEFT_MS(1), note_cb, "1"));
+  CHECK_EQ(weft_call_soon(note_cb, "0"), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_STR_EQ(trace, "012");
+  /* Armed and never run: weft_loop_free releases them. */
+  CHECK(weft_call_later(WEFT_SEC(1), note_cb, "x"));
+  CHECK_EQ(weft_call_soon(note_cb, "y"), 0);
+  weft_loop_free(loop);
+  CHECK_STR_EQ(trace, "012");
+}
+
+/* ---- an idle loop is idle --------------------------------------------- */
+static void test_idle_cpu(void) {
+  int64_t c0 = check_cpu_ns(), t0 = weft_now();
+  CHECK_EQ(run_task(sleeper, P(WEFT_MS(200))), 0);
+  int64_t cpu = check_cpu_ns() - c0, wall = weft_now() - t0;
+  printf("200 ms sleep: %.3f ms CPU, %.1f ms wall\n", cpu / 1e6, wall / 1e6);
+  CHECK_GE(wall, WEFT_MS(200));
+  if (!RUNNING_ON_VALGRIND) /* valgrind's own start-up counts here */
+    CHECK_LT(cpu, WEFT_MS(5));
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  int fds = check_fd_count();
+  test_misuse();
+  test_backend_name();
+  test_call_soon();
+  test_equal_deadlines();
+  test_random_order();
+  test_cancel();
+  test_rearm_zero();
+  test_sleep();
+  test_sleep_cancel();
+  test_clock();
+  test_only_timers();
+  test_idle_cpu();
+  CHECK_EQ(check_fd_count(), fds);
+  printf("test_loop: ok\n");
+  return 0;
+}
