@@ -1,0 +1,302 @@
+/*
+ * Sockets on loopback (run once per backend).
+ *
+ *  - TCP over IPv4 and IPv6: listen on port 0, connect, accept with the
+ *    peer's address printed as Python does, echo both ways;
+ *  - 200 clients at once against one accepting task, each checked;
+ *  - errors: refused, address in use, a host that is not numeric, a bad
+ *    port, Unix paths too long, missing or taken;
+ *  - Unix stream sockets and UDP (sendto / recvfrom with the address);
+ *  - a cancelled accept leaves the connection queued for the next one;
+ *  - listening works outside a task, and no fd is left open.
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+
+static void run(void *(*fn)(void *), void *arg) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
+/* Answers every chunk on fd with the same bytes until end of file. */
+static void *echo_conn(void *arg) {
+  int fd = (int)I(arg);
+  char buf[4096];
+  ssize_t n;
+  while ((n = weft_recv(fd, buf, sizeof buf, 0)) > 0)
+    CHECK_EQ(weft_write_all(fd, buf, (size_t)n), n);
+  CHECK_EQ(n, 0);
+  CHECK_EQ(weft_close(fd), 0);
+  return NULL;
+}
+
+/* Sends msg on fd and checks that it comes back. */
+static void exchange(int fd, const char *msg) {
+  size_t len = strlen(msg);
+  CHECK_EQ(weft_send(fd, msg, len, 0), (ssize_t)len);
+  char buf[256];
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = weft_recv(fd, buf + got, sizeof buf - got, 0);
+    CHECK_GT(n, 0);
+    got += (size_t)n;
+  }
+  CHECK_EQ(got, len);
+  CHECK(memcmp(buf, msg, len) == 0);
+}
+
+/* ---- TCP, both families ----------------------------------------------- */
+static void *tcp_client(void *arg) {
+  const char *host = arg;
+  int lfd = weft_tcp_listen(host, 0, 0);
+  CHECK_GE(lfd, 0);
+  int port = weft_sock_port(lfd);
+  CHECK_GT(port, 0);
+  int c = weft_tcp_connect(host, port);
+  CHECK_GE(c, 0);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int s = weft_accept(lfd, (struct sockaddr *)&ss, &len);
+  CHECK_GE(s, 0);
+  /* The peer's address, as the seed prints it. */
+  char got[128], want[128];
+  weft_addr_str((struct sockaddr *)&ss, got, sizeof got);
+  if (strchr(host, ':'))
+    snprintf(want, sizeof want, "('%s', %d, 0, 0)", host, weft_sock_port(c));
+  else
+    snprintf(want, sizeof want, "('%s', %d)", host, weft_sock_port(c));
+  CHECK_STR_EQ(got, want);
+  CHECK(weft_spawn(echo_conn, P(s)));
+  exchange(c, "hello");
+  exchange(c, "and again, longer this time");
+  CHECK_EQ(weft_close(c), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  return NULL;
+}
+
+static int have_ipv6(void) {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0)
+    return 0;
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback};
+  int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+static void test_tcp(void) {
+  run(tcp_client, "127.0.0.1");
+  if (have_ipv6())
+    run(tcp_client, "::1");
+  else
+    printf("no IPv6 loopback here: the ::1 case is skipped\n");
+}
+
+/* ---- many clients ----------------------------------------------------- */
+#define NCLIENTS 200
+static int listen_port, clients_done;
+
+static void *one_client(void *arg) {
+  int c = weft_tcp_connect("127.0.0.1", listen_port);
+  CHECK_GE(c, 0);
+  char msg[64];
+  snprintf(msg, sizeof msg, "client %d says hi", (int)I(arg));
+  exchange(c, msg);
+  CHECK_EQ(weft_close(c), 0);
+  clients_done++;
+  return NULL;
+}
+
+static void *acceptor(void *arg) {
+  int lfd = (int)I(arg);
+  for (int i = 0; i < NCLIENTS; i++) {
+    int s = weft_accept(lfd, NULL, NULL);
+    CHECK_GE(s, 0);
+    CHECK_EQ(weft_go(echo_conn, P(s)), 0);
+  }
+  return NULL;
+}
+
+static void *many_main(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 0);
+  CHECK_GE(lfd, 0);
+  listen_port = weft_sock_port(lfd);
+  weft_task *a = weft_spawn(acceptor, P(lfd));
+  weft_task *t[NCLIENTS];
+  for (int i = 0; i < NCLIENTS; i++)
+    CHECK((t[i] = weft_spawn(one_client, P(i))));
+  for (int i = 0; i < NCLIENTS; i++)
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+  CHECK_EQ(weft_join(a, NULL), 0);
+  CHECK_EQ(clients_done, NCLIENTS);
+  CHECK_EQ(weft_close(lfd), 0);
+  return NULL;
+}
+
+static void test_many(void) { run(many_main, NULL); }
+
+/* ---- errors ----------------------------------------------------------- */
+static void *errors_main(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 0);
+  CHECK_GE(lfd, 0);
+  int port = weft_sock_port(lfd);
+  CHECK_EQ(weft_tcp_listen("127.0.0.1", port, 0), -EADDRINUSE);
+  CHECK_EQ(weft_close(lfd), 0);
+  /* Nobody listens there now. */
+  CHECK_EQ(weft_tcp_connect("127.0.0.1", port), -ECONNREFUSED);
+  CHECK_EQ(weft_tcp_connect("localhost", port), -EINVAL);
+  CHECK_EQ(weft_tcp_connect(NULL, port), -EINVAL);
+  CHECK_EQ(weft_tcp_connect("127.0.0.1", 65536), -EINVAL);
+  CHECK_EQ(weft_tcp_listen("not an address", 0, 0), -EINVAL);
+  CHECK_EQ(weft_tcp_listen("127.0.0.1", -1, 0), -EINVAL);
+  char longpath[200];
+  memset(longpath, 'a', sizeof longpath - 1);
+  longpath[sizeof longpath - 1] = '\0';
+  CHECK_EQ(weft_unix_listen(longpath, 0), -ENAMETOOLONG);
+  CHECK_EQ(weft_unix_connect(longpath), -ENAMETOOLONG);
+  CHECK_EQ(weft_unix_connect("/nonexistent/weft.sock"), -ENOENT);
+  CHECK_EQ(weft_unix_listen("", 0), -EINVAL);
+  CHECK_EQ(weft_sock_port(-1), -EBADF);
+  return NULL;
+}
+
+static void test_errors(void) { run(errors_main, NULL); }
+
+/* ---- Unix stream sockets ---------------------------------------------- */
+static char upath[64];
+
+static void *unix_main(void *arg) {
+  (void)arg;
+  snprintf(upath, sizeof upath, "/tmp/weft-test-net-%d.sock", (int)getpid());
+  unlink(upath);
+  int lfd = weft_unix_listen(upath, 0);
+  CHECK_GE(lfd, 0);
+  CHECK_EQ(weft_unix_listen(upath, 0), -EADDRINUSE);
+  int c = weft_unix_connect(upath);
+  CHECK_GE(c, 0);
+  struct sockaddr_un peer;
+  socklen_t len = sizeof peer;
+  int s = weft_accept(lfd, (struct sockaddr *)&peer, &len);
+  CHECK_GE(s, 0);
+  char name[128];
+  struct sockaddr_un self;
+  len = sizeof self;
+  CHECK_EQ(getsockname(lfd, (struct sockaddr *)&self, &len), 0);
+  CHECK_STR_EQ(weft_addr_str((struct sockaddr *)&self, name, sizeof name),
+               upath);
+  CHECK(weft_spawn(echo_conn, P(s)));
+  exchange(c, "over a unix socket");
+  CHECK_EQ(weft_close(c), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  unlink(upath);
+  return NULL;
+}
+
+static void test_unix(void) { run(unix_main, NULL); }
+
+/* ---- UDP -------------------------------------------------------------- */
+static void *udp_echo(void *arg) {
+  int fd = (int)I(arg);
+  char buf[512];
+  struct sockaddr_storage from;
+  socklen_t flen = sizeof from;
+  ssize_t n = weft_recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from,
+                            &flen);
+  CHECK_GT(n, 0);
+  CHECK_EQ(weft_sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&from, flen),
+           n);
+  return NULL;
+}
+
+static void *udp_main(void *arg) {
+  (void)arg;
+  int a = weft_udp_bind("127.0.0.1", 0);
+  int b = weft_udp_bind("127.0.0.1", 0);
+  CHECK_GE(a, 0);
+  CHECK_GE(b, 0);
+  weft_task *t = weft_spawn(udp_echo, P(a));
+  CHECK(t);
+  struct sockaddr_in to = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)weft_sock_port(a))};
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  CHECK_EQ(weft_sendto(b, "datagram", 8, 0, (struct sockaddr *)&to, sizeof to),
+           8);
+  char buf[64];
+  struct sockaddr_in from;
+  socklen_t flen = sizeof from;
+  CHECK_EQ(weft_recvfrom(b, buf, sizeof buf, 0, (struct sockaddr *)&from,
+                         &flen),
+           8);
+  CHECK(memcmp(buf, "datagram", 8) == 0);
+  CHECK_EQ(ntohs(from.sin_port), weft_sock_port(a));
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(weft_close(a), 0);
+  CHECK_EQ(weft_close(b), 0);
+  return NULL;
+}
+
+static void test_udp(void) { run(udp_main, NULL); }
+
+/* ---- a cancelled accept takes nothing --------------------------------- */
+static void *accept_once(void *arg) {
+  return P(weft_accept((int)I(arg), NULL, NULL));
+}
+
+static void *cancel_accept_main(void *arg) {
+  int lfd = (int)I(arg); /* made outside any task */
+  weft_task *t = weft_spawn(accept_once, P(lfd));
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(weft_cancel(t), 0);
+  void *r;
+  CHECK_EQ(weft_join(t, &r), 0);
+  CHECK_EQ(I(r), -ECANCELED);
+  int c = weft_tcp_connect("127.0.0.1", weft_sock_port(lfd));
+  CHECK_GE(c, 0);
+  int s = weft_accept(lfd, NULL, NULL);
+  CHECK_GE(s, 0);
+  CHECK(weft_spawn(echo_conn, P(s)));
+  exchange(c, "still there");
+  CHECK_EQ(weft_close(c), 0);
+  return NULL;
+}
+
+static void test_cancel_accept(void) {
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 0); /* no loop yet */
+  CHECK_GE(lfd, 0);
+  run(cancel_accept_main, P(lfd));
+  CHECK_EQ(weft_close(lfd), 0);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  int fds = check_fd_count();
+  test_tcp();
+  test_many();
+  test_errors();
+  test_unix();
+  test_udp();
+  test_cancel_accept();
+  CHECK_EQ(check_fd_count(), fds);
+  printf("test_net: ok\n");
+  return 0;
+}

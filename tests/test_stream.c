@@ -1,0 +1,452 @@
+/*
+ * Buffered streams (run once per backend).
+ *
+ *  - readline against a model of what it must return, for every possible
+ *    split of a short input (each chunk reaches the reader on its own), for
+ *    several buffer sizes and `max`es, then a long random input one byte at
+ *    a time and in random chunks: every line, every -EMSGSIZE, and the
+ *    stream usable after each;
+ *  - read and read_exact (records split at random), read_exact and
+ *    readline cancelled midway consume nothing;
+ *  - small writes are batched into one write(2) (counted in
+ *    /proc/self/io), a large one goes straight out in order, a failed
+ *    flush keeps what it could not write, close closes even then;
+ *  - misuse; no fd is left open.
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+
+static void run(void *(*fn)(void *), void *arg) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* ---- the model -------------------------------------------------------- */
+/* What readline must return for `in`, one result per call, into out[] as
+ * "line" or "!" (-EMSGSIZE), ending with the 0 at end of file. The rule:
+ * a line (with its '\n') is returned when it fits both buf (len + NUL <=
+ * max) and the stream's buffer (len <= cap); the last line, unterminated,
+ * must also be shorter than the buffer. */
+static size_t model(const char *in, size_t n, size_t cap, size_t max,
+                    char **out) {
+  size_t limit = max - 1 < cap ? max - 1 : cap, k = 0, i = 0;
+  while (i < n) {
+    const char *nl = memchr(in + i, '\n', n - i);
+    size_t len = nl ? (size_t)(nl - (in + i)) + 1 : n - i;
+    int fits = len <= limit && (nl || len < cap);
+    out[k++] = fits ? strndup(in + i, len) : strdup("!");
+    i += len;
+  }
+  out[k++] = strdup(""); /* end of file */
+  return k;
+}
+
+/* ---- one run: a writer feeding chunks, a reader calling readline ------- */
+typedef struct feed {
+  int fd;
+  const char *in;
+  const size_t *cuts; /* chunk ends, increasing, the last == n */
+  size_t ncuts;
+} feed;
+
+/* Writes each chunk once the reader has taken everything before it (the
+ * pipe is empty), so that each read sees exactly one chunk. */
+static void *feeder(void *arg) {
+  feed *f = arg;
+  size_t at = 0;
+  for (size_t i = 0; i < f->ncuts; i++) {
+    for (;;) {
+      int queued = 0;
+      CHECK_EQ(ioctl(f->fd, FIONREAD, &queued), 0);
+      if (queued == 0)
+        break;
+      CHECK_EQ(weft_yield(), 0);
+    }
+    size_t len = f->cuts[i] - at;
+    CHECK_EQ(weft_write_all(f->fd, f->in + at, len), (ssize_t)len);
+    at = f->cuts[i];
+  }
+  CHECK_EQ(weft_close(f->fd), 0);
+  return NULL;
+}
+
+typedef struct check_run {
+  const char *in;
+  size_t n;
+  const size_t *cuts;
+  size_t ncuts;
+  size_t cap, max;
+} check_run;
+
+static void *reader_main(void *arg) {
+  check_run *r = arg;
+  int sv[2]; /* a pipe: FIONREAD on its write end tells what is unread */
+  CHECK_EQ(pipe(sv), 0);
+  feed f = {sv[1], r->in, r->cuts, r->ncuts};
+  weft_task *w = weft_spawn(feeder, &f);
+  CHECK(w);
+  weft_stream *s = weft_stream_new(sv[0], r->cap);
+  CHECK(s);
+  char **want = malloc((r->n + 2) * sizeof *want);
+  size_t nwant = model(r->in, r->n, r->cap, r->max, want);
+  char *buf = malloc(r->max);
+  for (size_t k = 0; k < nwant; k++) {
+    ssize_t got = weft_stream_readline(s, buf, r->max);
+    if (strcmp(want[k], "!") == 0) {
+      CHECK_EQ(got, -EMSGSIZE);
+    } else {
+      if (got != (ssize_t)strlen(want[k]) || strcmp(buf, want[k]) != 0) {
+        fprintf(stderr, "call %zu: got %zd \"%s\", want \"%s\" (cap %zu "
+                        "max %zu, %zu chunks)\n",
+                k, got, got >= 0 ? buf : "", want[k], r->cap, r->max,
+                r->ncuts);
+        CHECK(0);
+      }
+    }
+    free(want[k]);
+  }
+  /* At end of file it stays there. */
+  CHECK_EQ(weft_stream_readline(s, buf, r->max), 0);
+  free(want);
+  free(buf);
+  CHECK_EQ(weft_join(w, NULL), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  return NULL;
+}
+
+static void check_split(const char *in, size_t n, const size_t *cuts,
+                        size_t ncuts, size_t cap, size_t max) {
+  check_run r = {in, n, cuts, ncuts, cap, max};
+  run(reader_main, &r);
+}
+
+/* Every way of cutting a short input into chunks: 2^(n-1) of them. */
+static void test_every_split(void) {
+  static const char in[] = "ab\ncde\n\nfghij\nk";
+  size_t n = sizeof in - 1;
+  static const size_t caps[] = {64, 4, 6};
+  static const size_t maxes[] = {64, 3, 7};
+  size_t cuts[32], runs = 0;
+  /* Every split for the first pair of sizes; every few for the others (and
+   * every 16th under valgrind, where a run costs 50 times as much). */
+  uint32_t slow = RUNNING_ON_VALGRIND ? 16 : 1;
+  for (size_t c = 0; c < 3; c++)
+    for (size_t m = 0; m < 3; m++)
+      for (uint32_t mask = 0; mask < (1u << (n - 1));
+           mask += slow * (1 + 2 * (uint32_t)(m + c))) {
+        size_t k = 0;
+        for (size_t i = 1; i < n; i++)
+          if (mask & (1u << (i - 1)))
+            cuts[k++] = i;
+        cuts[k++] = n;
+        check_split(in, n, cuts, k, caps[c], maxes[m]);
+        runs++;
+      }
+  printf("every split: %zu runs\n", runs);
+}
+
+/* A long random input: lines of 0-120 bytes, a few of 300. */
+static char *random_input(size_t nlines, size_t *n) {
+  char *in = malloc(nlines * 301 + 1);
+  size_t at = 0;
+  for (size_t i = 0; i < nlines; i++) {
+    size_t len = next_rand() % 50 == 0 ? 300 : next_rand() % 121;
+    for (size_t j = 0; j < len; j++)
+      in[at++] = (char)('a' + next_rand() % 26);
+    in[at++] = '\n';
+  }
+  in[at++] = 'z'; /* and an unterminated last line */
+  *n = at;
+  return in;
+}
+
+static void test_random_splits(void) {
+  size_t n;
+  char *in = random_input(2000, &n);
+  size_t *cuts = malloc((n + 1) * sizeof *cuts);
+  /* One byte at a time. */
+  for (size_t i = 0; i < n; i++)
+    cuts[i] = i + 1;
+  check_split(in, n, cuts, n, 128, 256);
+  /* Random chunks, up to 1000 bytes. */
+  for (int round = 0; round < 20; round++) {
+    size_t k = 0, at = 0;
+    while (at < n) {
+      at += 1 + next_rand() % 1000;
+      cuts[k++] = at < n ? at : n;
+    }
+    check_split(in, n, cuts, k, round % 2 ? 128 : 4096, round % 3 ? 200 : 4096);
+  }
+  free(cuts);
+  free(in);
+}
+
+/* ---- read, read_exact ------------------------------------------------- */
+static void *records_writer(void *arg) {
+  int fd = (int)I(arg);
+  /* 500 records: a 2-byte length, then that many bytes of its index. */
+  char buf[70000];
+  size_t at = 0;
+  for (int i = 0; i < 500; i++) {
+    size_t len = i == 250 ? 20000 : next_rand() % 300;
+    buf[at++] = (char)(len >> 8);
+    buf[at++] = (char)len;
+    memset(buf + at, 'A' + i % 26, len);
+    at += len;
+    if (at > sizeof buf - 21000 || i == 499) {
+      size_t sent = 0;
+      while (sent < at) {
+        size_t chunk = 1 + next_rand() % 700;
+        if (chunk > at - sent)
+          chunk = at - sent;
+        CHECK_EQ(weft_write_all(fd, buf + sent, chunk), (ssize_t)chunk);
+        sent += chunk;
+        if (next_rand() % 4 == 0)
+          CHECK_EQ(weft_sleep(0), 0);
+      }
+      at = 0;
+    }
+  }
+  CHECK_EQ(weft_close(fd), 0);
+  return NULL;
+}
+
+static void *records_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK(weft_spawn(records_writer, P(sv[1])));
+  weft_stream *s = weft_stream_new(sv[0], 1024);
+  CHECK(s);
+  static char body[20000];
+  for (int i = 0; i < 500; i++) {
+    unsigned char hdr[2];
+    CHECK_EQ(weft_stream_read_exact(s, hdr, 2), 2);
+    size_t len = (size_t)hdr[0] << 8 | hdr[1];
+    CHECK_EQ(weft_stream_read_exact(s, body, len), (ssize_t)len);
+    for (size_t j = 0; j < len; j++)
+      CHECK_EQ(body[j], 'A' + i % 26);
+  }
+  char c;
+  CHECK_EQ(weft_stream_read_exact(s, &c, 1), 0);
+  CHECK_EQ(weft_stream_read(s, &c, 1), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  return NULL;
+}
+
+static void test_records(void) { run(records_main, NULL); }
+
+static void *short_exact_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *s = weft_stream_new(sv[0], 16);
+  CHECK_EQ(weft_write_all(sv[1], "0123456789abcdefghijXYZ", 23), 23);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  char buf[64];
+  CHECK_EQ(weft_stream_read(s, buf, 4), 4); /* buffered: 16 read, 4 taken */
+  CHECK(memcmp(buf, "0123", 4) == 0);
+  /* Larger than the buffer: what is buffered, then straight into buf; end
+   * of file after 19. */
+  CHECK_EQ(weft_stream_read_exact(s, buf, 40), 19);
+  CHECK(memcmp(buf, "456789abcdefghijXYZ", 19) == 0);
+  CHECK_EQ(weft_stream_read_exact(s, buf, 4), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  return NULL;
+}
+
+static void test_short_exact(void) { run(short_exact_main, NULL); }
+
+/* ---- cancelled midway: nothing consumed -------------------------------- */
+static weft_stream *cs;
+
+static void *exact10(void *arg) {
+  return P(weft_stream_read_exact(cs, arg, 10));
+}
+
+static void *line_reader(void *arg) {
+  return P(weft_stream_readline(cs, arg, 64));
+}
+
+static void *cancel_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  cs = weft_stream_new(sv[0], 64);
+  char buf[64];
+  weft_task *t = weft_spawn(exact10, buf);
+  CHECK_EQ(weft_write_all(sv[1], "01234", 5), 5);
+  CHECK_EQ(weft_sleep(WEFT_MS(2)), 0);
+  CHECK_EQ(weft_cancel(t), 0);
+  void *r;
+  CHECK_EQ(weft_join(t, &r), 0);
+  CHECK_EQ(I(r), -ECANCELED);
+  CHECK_EQ(weft_write_all(sv[1], "56789", 5), 5);
+  CHECK_EQ(weft_stream_read_exact(cs, buf, 10), 10);
+  CHECK(memcmp(buf, "0123456789", 10) == 0);
+  /* The same for a line. */
+  t = weft_spawn(line_reader, buf);
+  CHECK_EQ(weft_write_all(sv[1], "half a ", 7), 7);
+  CHECK_EQ(weft_sleep(WEFT_MS(2)), 0);
+  CHECK_EQ(weft_cancel(t), 0);
+  CHECK_EQ(weft_join(t, &r), 0);
+  CHECK_EQ(I(r), -ECANCELED);
+  CHECK_EQ(weft_write_all(sv[1], "line\n", 5), 5);
+  CHECK_EQ(weft_stream_readline(cs, buf, sizeof buf), 12);
+  CHECK_STR_EQ(buf, "half a line\n");
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_stream_close(cs), 0);
+  return NULL;
+}
+
+static void test_cancel(void) { run(cancel_main, NULL); }
+
+/* ---- writing ---------------------------------------------------------- */
+/* write(2)-like calls this process made (syscw of /proc/self/io), or -1. */
+static long write_calls(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  if (!f)
+    return -1;
+  char line[128];
+  long v = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "syscw: %ld", &v) == 1)
+      break;
+  fclose(f);
+  return v;
+}
+
+static void *drain(void *arg) {
+  int fd = (int)I(arg);
+  char buf[8192];
+  size_t total = 0;
+  ssize_t n;
+  unsigned char expect = 0;
+  while ((n = weft_read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n; i++, expect++)
+      CHECK_EQ((unsigned char)buf[i], expect);
+    total += (size_t)n;
+  }
+  CHECK_EQ(weft_close(fd), 0);
+  return P(total);
+}
+
+static void *write_main(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  weft_task *d = weft_spawn(drain, P(p[0]));
+  weft_stream *s = weft_stream_new(p[1], 4096);
+  unsigned char bytes[100000];
+  for (size_t i = 0; i < sizeof bytes; i++)
+    bytes[i] = (unsigned char)i;
+  /* 100 writes of 10 bytes, then a flush: one write(2). */
+  long before = write_calls();
+  for (int i = 0; i < 100; i++)
+    CHECK_EQ(weft_stream_write(s, bytes + 10 * i, 10), 10);
+  CHECK_EQ(weft_stream_flush(s), 0);
+  long after = write_calls();
+  if (before >= 0)
+    CHECK_EQ(after - before, 1);
+  CHECK_EQ(weft_stream_flush(s), 0); /* nothing queued: no call */
+  if (before >= 0)
+    CHECK_EQ(write_calls(), after);
+  /* Filling the buffer sends it; a write larger than the buffer goes out
+   * straight after what is queued. The reader checks the order. */
+  size_t at = 1000;
+  CHECK_EQ(weft_stream_write(s, bytes + at, 3000), 3000); /* queued */
+  at += 3000;
+  CHECK_EQ(weft_stream_write(s, bytes + at, 2000), 2000); /* flush + queue */
+  at += 2000;
+  CHECK_EQ(weft_stream_write(s, bytes + at, 50000), 50000); /* direct */
+  at += 50000;
+  CHECK_EQ(weft_stream_write(s, bytes + at, 0), 0);
+  CHECK_EQ(weft_stream_write(s, bytes + at, 44000), 44000);
+  CHECK_EQ(weft_stream_close(s), 0);
+  void *total;
+  CHECK_EQ(weft_join(d, &total), 0);
+  CHECK_EQ(I(total), 100000);
+  return NULL;
+}
+
+static void test_write(void) { run(write_main, NULL); }
+
+static void *flush_error_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *s = weft_stream_new(sv[0], 64);
+  CHECK_EQ(weft_stream_write(s, "lost", 4), 4);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_stream_flush(s), -EPIPE);
+  CHECK_EQ(weft_stream_flush(s), -EPIPE); /* still queued */
+  CHECK_EQ(weft_stream_close(s), -EPIPE); /* and the fd is closed anyway */
+  return NULL;
+}
+
+static void test_flush_error(void) { run(flush_error_main, NULL); }
+
+static void *misuse_main(void *arg) {
+  (void)arg;
+  errno = 0;
+  CHECK(weft_stream_new(-1, 0) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  char buf[4];
+  CHECK_EQ(weft_stream_readline(NULL, buf, 4), -EINVAL);
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *s = weft_stream_new(sv[0], 0);
+  CHECK(s);
+  CHECK_EQ(weft_stream_fd(s), sv[0]);
+  CHECK_EQ(weft_stream_readline(s, buf, 0), -EINVAL);
+  CHECK_EQ(weft_stream_readline(s, NULL, 4), -EINVAL);
+  CHECK_EQ(weft_stream_read(s, NULL, 4), -EINVAL);
+  CHECK_EQ(weft_stream_read(s, buf, 0), 0);
+  CHECK_EQ(weft_stream_write(s, NULL, 4), -EINVAL);
+  CHECK_EQ(weft_stream_close(NULL), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  return NULL;
+}
+
+static void test_misuse(void) { run(misuse_main, NULL); }
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  int fds = check_fd_count();
+  test_misuse();
+  test_every_split();
+  test_random_splits();
+  test_records();
+  test_short_exact();
+  test_cancel();
+  test_write();
+  test_flush_error();
+  CHECK_EQ(check_fd_count(), fds);
+  printf("test_stream: ok\n");
+  return 0;
+}
