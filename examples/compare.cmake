@@ -1,6 +1,6 @@
-# Runs PROG (under LAUNCHER, if set) and fails unless its standard output is
+# Runs PROG with ARGS (a list; under LAUNCHER, if set) and fails unless its standard output is
 # exactly the file EXPECTED.
-execute_process(COMMAND ${LAUNCHER} ${PROG} OUTPUT_VARIABLE out
+execute_process(COMMAND ${LAUNCHER} ${PROG} ${ARGS} OUTPUT_VARIABLE out
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${PROG} exited with ${rc}")

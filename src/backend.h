@@ -33,14 +33,14 @@ enum {
 
 /* One I/O operation and its arguments; it lives on the caller's stack. */
 typedef struct weft__op {
-  int kind;               /* OP_* */
-  int fd;                 /* the file descriptor */
-  void *buf;              /* data (const for the writes) */
-  size_t len;             /* its length */
-  int flags;              /* MSG_* for recv/send */
-  struct sockaddr *addr;  /* recvfrom, accept: out; sendto, connect: in */
-  socklen_t *addrlen;     /* recvfrom, accept: in/out */
-  socklen_t addrlen_in;   /* sendto, connect */
+  int kind;              /* OP_* */
+  int fd;                /* the file descriptor */
+  void *buf;             /* data (const for the writes) */
+  size_t len;            /* its length */
+  int flags;             /* MSG_* for recv/send */
+  struct sockaddr *addr; /* recvfrom, accept: out; sendto, connect: in */
+  socklen_t *addrlen;    /* recvfrom, accept: in/out */
+  socklen_t addrlen_in;  /* sendto, connect */
 } weft__op;
 
 /* A task parked on an fd (on its own stack while it waits). */
@@ -73,7 +73,7 @@ struct weft__fd {
   uint8_t ready;         /* WEFT_READ|WEFT_WRITE: may be ready, try first */
   uint8_t wanted;        /* union of the waiters' events */
   uint8_t unused;
-  uint32_t slot;         /* the backend's own index (poll: pollfd slot) */
+  uint32_t slot; /* the backend's own index (poll: pollfd slot) */
 };
 
 struct weft__backend {

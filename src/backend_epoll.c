@@ -23,8 +23,8 @@
 
 typedef struct epoll_state {
   int epfd;
-  int cap;                   /* room in events */
-  int no_pwait2;             /* epoll_pwait2 is missing (ENOSYS) */
+  int cap;       /* room in events */
+  int no_pwait2; /* epoll_pwait2 is missing (ENOSYS) */
   struct epoll_event *events;
 } epoll_state;
 
@@ -106,8 +106,8 @@ static int epoll_watch(weft_loop *loop, int fd, weft__fd *e) {
   if (e->flags & FD_WATCHED)
     return 0;
   epoll_state *st = loop->backend_data;
-  struct epoll_event ev = {
-      .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.fd = fd};
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                           .data.fd = fd};
   if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
     /* EEXIST: a dup of a closed fd kept its registration; take it over. */
     if (errno != EEXIST || epoll_ctl(st->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)

@@ -120,11 +120,12 @@ struct weft_loop {
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
-  void *backend_data;   /* the backend's own state */
-  weft__fd *fds;        /* indexed by fd number, grown on demand */
-  size_t nfds;          /* entries in fds */
-  size_t nwaiters;      /* tasks parked on an fd */
-  int spare_fd;         /* for EMFILE at accept (-1: none yet) */
+  void *backend_data; /* the backend's own state */
+  weft__fd *fds;      /* indexed by fd number, grown on demand */
+  size_t nfds;        /* entries in fds */
+  size_t nwaiters;    /* tasks parked on an fd */
+  int spare_fd;       /* for EMFILE at accept (-1: none yet) */
+  unsigned io_budget; /* I/O calls before the caller yields (io.c) */
 };
 
 /* The generator running on this thread (innermost), or NULL. gen.c. */
@@ -152,6 +153,11 @@ void weft__run_ready(weft_loop *loop);
 
 /* Task switches in one turn of the loop before it looks at timers and I/O. */
 #define WEFT__BATCH 64
+
+/* I/O calls that complete at once, counted across the loop's tasks, after
+ * which the calling task yields (io.c): a task whose socket always has data
+ * cannot keep the others, or the loop's own poll, waiting. */
+#define WEFT__IO_BUDGET 128
 
 /* Cancels every parked task of the loop: they can never be woken (task.c). */
 void weft__cancel_parked(weft_loop *loop);

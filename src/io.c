@@ -152,9 +152,7 @@ static void waiter_unlink(weft_loop *loop, weft__waiter *w) {
   }
 }
 
-static void undo_wait(weft_task *t, void *arg) {
-  waiter_unlink(t->loop, arg);
-}
+static void undo_wait(weft_task *t, void *arg) { waiter_unlink(t->loop, arg); }
 
 /* Parks the running task until fd has one of `events`; 0 and *revents, or
  * a negative errno (-ECANCELED, -EBADF when weft_close closes fd). */
@@ -178,8 +176,8 @@ static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
       return rc;
     }
   }
-  int rc = weft__park(events & WEFT_READ ? "fd read" : "fd write", undo_wait,
-                      &w);
+  int rc =
+      weft__park(events & WEFT_READ ? "fd read" : "fd write", undo_wait, &w);
   if (rc < 0)
     return rc;
   *revents = w.revents;
@@ -215,15 +213,13 @@ static int is_input(int kind) {
 
 static ssize_t try_op(const weft__op *op, const weft__fd *e) {
   switch (op->kind) {
-  case OP_READ:
-    return read(op->fd, op->buf, op->len);
+  case OP_READ: return read(op->fd, op->buf, op->len);
   case OP_WRITE:
     /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
     if (e->flags & FD_SOCKET)
       return send(op->fd, op->buf, op->len, MSG_NOSIGNAL);
     return write(op->fd, op->buf, op->len);
-  case OP_RECV:
-    return recv(op->fd, op->buf, op->len, op->flags | MSG_DONTWAIT);
+  case OP_RECV: return recv(op->fd, op->buf, op->len, op->flags | MSG_DONTWAIT);
   case OP_SEND:
     return send(op->fd, op->buf, op->len,
                 op->flags | MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -235,8 +231,7 @@ static ssize_t try_op(const weft__op *op, const weft__fd *e) {
                   op->flags | MSG_DONTWAIT | MSG_NOSIGNAL, op->addr,
                   op->addrlen_in);
   case OP_ACCEPT:
-    return accept4(op->fd, op->addr, op->addrlen,
-                   SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return accept4(op->fd, op->addr, op->addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
   }
   errno = EINVAL;
   return -1;
@@ -281,7 +276,19 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
   }
 }
 
+/* Every WEFT__IO_BUDGET calls the caller goes to the back of the ready
+ * queue first, so the loop polls and the other tasks run (the fairness
+ * that tokio's budget gives: without it, a task that always finds data
+ * ready would run alone as long as its peer keeps up). */
+static void spend_budget(weft_loop *loop) {
+  if (--loop->io_budget == 0) {
+    loop->io_budget = WEFT__IO_BUDGET;
+    (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+  }
+}
+
 ssize_t weft__io_readiness(weft_loop *loop, weft__op *op) {
+  spend_budget(loop);
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
@@ -306,8 +313,7 @@ ssize_t weft__io_readiness(weft_loop *loop, weft__op *op) {
     }
     if (errno == EINTR)
       continue;
-    if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
-        (e->flags & FD_UNPOLLABLE))
+    if ((errno != EAGAIN && errno != EWOULDBLOCK) || (e->flags & FD_UNPOLLABLE))
       return -errno;
     e->ready &= (uint8_t)~dir;
   }
@@ -446,8 +452,9 @@ int weft_wait_fd(int fd, int events) {
   if (!entry(loop, fd, &rc))
     return rc;
   /* Ready now? (The hints may be stale; poll is exact.) */
-  struct pollfd p = {fd, (short)((events & WEFT_READ ? POLLIN : 0) |
-                                 (events & WEFT_WRITE ? POLLOUT : 0)),
+  struct pollfd p = {fd,
+                     (short)((events & WEFT_READ ? POLLIN : 0) |
+                             (events & WEFT_WRITE ? POLLOUT : 0)),
                      0};
   int n;
   do

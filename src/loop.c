@@ -52,6 +52,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   loop->thread = pthread_self();
   loop->stack_size = weft__stack_round(cfg ? cfg->stack_size : 0);
   loop->spare_fd = -1;
+  loop->io_budget = WEFT__IO_BUDGET;
   loop->backend = backend;
   int rc = backend->init(loop);
   if (rc < 0) {

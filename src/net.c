@@ -82,7 +82,8 @@ int weft_tcp_listen(const char *host, int port, int backlog) {
     return fd;
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  return bind_listen(fd, (struct sockaddr *)&ss, len, backlog < 0 ? 0 : backlog);
+  return bind_listen(fd, (struct sockaddr *)&ss, len,
+                     backlog < 0 ? 0 : backlog);
 }
 
 int weft_tcp_connect(const char *host, int port) {
@@ -140,7 +141,8 @@ int weft_unix_listen(const char *path, int backlog) {
   int fd = new_socket(AF_UNIX, SOCK_STREAM);
   if (fd < 0)
     return fd;
-  return bind_listen(fd, (struct sockaddr *)&un, len, backlog < 0 ? 0 : backlog);
+  return bind_listen(fd, (struct sockaddr *)&un, len,
+                     backlog < 0 ? 0 : backlog);
 }
 
 int weft_unix_connect(const char *path) {

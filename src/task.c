@@ -159,8 +159,7 @@ static void reap(weft_loop *loop) {
 /* Who runs after the current task: the next ready one, or NULL for the
  * loop itself. */
 static weft_task *pick_next(weft_loop *loop) {
-  if (!loop->ready_head || !loop->batch_last || loop->batch == 0 ||
-      loop->stop)
+  if (!loop->ready_head || !loop->batch_last || loop->batch == 0 || loop->stop)
     return NULL;
   loop->batch--;
   weft_task *next = pop_ready(loop);

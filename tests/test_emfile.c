@@ -28,8 +28,8 @@
 #define P(x) ((void *)(intptr_t)(x))
 #define I(p) ((intptr_t)(p))
 
-#define HOLD 40 /* connections the child opens and holds */
-#define LATER 3 /* connections it opens once the server has fds again */
+#define HOLD  40 /* connections the child opens and holds */
+#define LATER 3  /* connections it opens once the server has fds again */
 
 static int port, ctl[2];
 

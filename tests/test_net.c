@@ -96,7 +96,8 @@ static int have_ipv6(void) {
   int fd = socket(AF_INET6, SOCK_STREAM, 0);
   if (fd < 0)
     return 0;
-  struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = in6addr_loopback};
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6,
+                           .sin6_addr = in6addr_loopback};
   int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
   close(fd);
   return ok;
@@ -220,8 +221,8 @@ static void *udp_echo(void *arg) {
   char buf[512];
   struct sockaddr_storage from;
   socklen_t flen = sizeof from;
-  ssize_t n = weft_recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from,
-                            &flen);
+  ssize_t n =
+      weft_recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &flen);
   CHECK_GT(n, 0);
   CHECK_EQ(weft_sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&from, flen),
            n);
@@ -244,9 +245,8 @@ static void *udp_main(void *arg) {
   char buf[64];
   struct sockaddr_in from;
   socklen_t flen = sizeof from;
-  CHECK_EQ(weft_recvfrom(b, buf, sizeof buf, 0, (struct sockaddr *)&from,
-                         &flen),
-           8);
+  CHECK_EQ(
+      weft_recvfrom(b, buf, sizeof buf, 0, (struct sockaddr *)&from, &flen), 8);
   CHECK(memcmp(buf, "datagram", 8) == 0);
   CHECK_EQ(ntohs(from.sin_port), weft_sock_port(a));
   CHECK_EQ(weft_join(t, NULL), 0);

@@ -120,10 +120,10 @@ static void *reader_main(void *arg) {
       CHECK_EQ(got, -EMSGSIZE);
     } else {
       if (got != (ssize_t)strlen(want[k]) || strcmp(buf, want[k]) != 0) {
-        fprintf(stderr, "call %zu: got %zd \"%s\", want \"%s\" (cap %zu "
-                        "max %zu, %zu chunks)\n",
-                k, got, got >= 0 ? buf : "", want[k], r->cap, r->max,
-                r->ncuts);
+        fprintf(stderr,
+                "call %zu: got %zd \"%s\", want \"%s\" (cap %zu "
+                "max %zu, %zu chunks)\n",
+                k, got, got >= 0 ? buf : "", want[k], r->cap, r->max, r->ncuts);
         CHECK(0);
       }
     }

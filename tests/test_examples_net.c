@@ -1,0 +1,244 @@
+/*
+ * The network examples, run as programs (once per backend):
+ *
+ *   test_examples_net ECHO_SERVER ECHO_RAW
+ *
+ * Each runs with --host 127.0.0.1 --port 0 --clients N; the port comes
+ * from the line it writes on standard error. Clients (plain blocking
+ * sockets, one after the other) check every reply, and the test checks
+ * the server's standard output line by line, as the seeds print it, with
+ * each client's own port in "('127.0.0.1', PORT)".
+ *
+ *  echo_server (seed 000): lines split across sends, a line of 1 MB (too
+ *  long: skipped) followed by a short one, a last line without '\n'
+ *  before the client's shutdown, a client that resets the connection.
+ *  echo_raw (seed 003): chunks answered with "Got:" each, 25,000 bytes in
+ *  one send (at most 10,000 per answer).
+ */
+#include "check.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct server {
+  pid_t pid;
+  int port;
+  FILE *out; /* its standard output */
+} server;
+
+static server start(const char *prog, int clients) {
+  int out[2], err[2];
+  CHECK_EQ(pipe(out), 0);
+  CHECK_EQ(pipe(err), 0);
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    close(out[0]);
+    close(err[0]);
+    char n[16];
+    snprintf(n, sizeof n, "%d", clients);
+    execl(prog, prog, "--host", "127.0.0.1", "--port", "0", "--clients", n,
+          (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  server s = {pid, 0, fdopen(out[0], "r")};
+  FILE *e = fdopen(err[0], "r");
+  char line[256];
+  CHECK(fgets(line, sizeof line, e));
+  const char *colon = strrchr(line, ':');
+  CHECK(colon);
+  s.port = atoi(colon + 1);
+  CHECK_GT(s.port, 0);
+  fclose(e);
+  return s;
+}
+
+static void finish(server *s) {
+  char extra[256];
+  CHECK(fgets(extra, sizeof extra, s->out) == NULL); /* nothing more */
+  fclose(s->out);
+  int status;
+  CHECK_EQ(waitpid(s->pid, &status, 0), s->pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "server: %s\n", check_status_str(status));
+    CHECK(0);
+  }
+}
+
+/* The next line of the server's output must be `want`. */
+static void expect_line(server *s, const char *want) {
+  char line[256];
+  CHECK(fgets(line, sizeof line, s->out));
+  line[strcspn(line, "\n")] = '\0';
+  CHECK_STR_EQ(line, want);
+}
+
+static int dial(server *s, char *peer, size_t len) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct timeval tv = {20, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)s->port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  CHECK_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  struct sockaddr_in me;
+  socklen_t mlen = sizeof me;
+  CHECK_EQ(getsockname(fd, (struct sockaddr *)&me, &mlen), 0);
+  snprintf(peer, len, "('127.0.0.1', %d)", ntohs(me.sin_port));
+  return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    CHECK_GT(n, 0);
+    p += n;
+    len -= (size_t)n;
+  }
+}
+
+static void recv_exact(int fd, const char *want) {
+  size_t len = strlen(want), got = 0;
+  char buf[512];
+  CHECK_LT(len, sizeof buf);
+  while (got < len) {
+    ssize_t n = recv(fd, buf + got, len - got, 0);
+    CHECK_GT(n, 0);
+    got += (size_t)n;
+  }
+  buf[got] = '\0';
+  CHECK_STR_EQ(buf, want);
+}
+
+static void test_echo_server(const char *prog) {
+  server s = start(prog, 4);
+  char peer[64], line[128];
+
+  /* Lines split across sends, two in one send. */
+  int fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  send_all(fd, "hel", 3);
+  usleep(20000);
+  send_all(fd, "lo\nwor", 6);
+  usleep(20000);
+  send_all(fd, "ld\nagain\n", 9);
+  recv_exact(fd, "GOT:hello\nGOT:world\nGOT:again\n");
+  close(fd);
+  expect_line(&s, "Client closed");
+
+  /* A 1 MB line is skipped; the next one is answered. */
+  fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  size_t big = 1 << 20;
+  char *mb = malloc(big + 1);
+  memset(mb, 'x', big);
+  mb[big] = '\n';
+  send_all(fd, mb, big + 1);
+  free(mb);
+  send_all(fd, "ok\n", 3);
+  recv_exact(fd, "GOT:ok\n");
+  /* The last line, unterminated, still gets its answer. */
+  send_all(fd, "partial", 7);
+  CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+  recv_exact(fd, "GOT:partial");
+  char c;
+  CHECK_EQ(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  expect_line(&s, "Client closed");
+
+  /* Reset mid-line. */
+  fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  send_all(fd, "no end", 6);
+  struct linger lg = {1, 0};
+  CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  close(fd);
+  expect_line(&s, "Client closed");
+
+  /* Still serving. */
+  fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  send_all(fd, "last\n", 5);
+  recv_exact(fd, "GOT:last\n");
+  close(fd);
+  expect_line(&s, "Client closed");
+  finish(&s);
+}
+
+static void test_echo_raw(const char *prog) {
+  server s = start(prog, 2);
+  char peer[64], line[128];
+  int fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Connection from %s", peer);
+  expect_line(&s, line);
+  send_all(fd, "abc", 3);
+  recv_exact(fd, "Got:abc");
+  send_all(fd, "line\n", 5);
+  recv_exact(fd, "Got:line\n");
+  close(fd);
+  expect_line(&s, "Connection closed");
+
+  /* 25,000 bytes: answered in chunks of at most 10,000, each after Got:. */
+  fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Connection from %s", peer);
+  expect_line(&s, line);
+  char *data = malloc(25000);
+  memset(data, 'y', 25000);
+  send_all(fd, data, 25000);
+  free(data);
+  CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+  size_t ys = 0, gots = 0, run = 0;
+  char buf[4096];
+  const char *tag = "Got:";
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0)
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] == 'y') {
+        CHECK_EQ(run, 0); /* not inside a "Got:" */
+        ys++;
+      } else {
+        CHECK_EQ(buf[i], tag[run]);
+        if (++run == 4) {
+          run = 0;
+          gots++;
+        }
+      }
+    }
+  CHECK_EQ(n, 0);
+  CHECK_EQ(ys, 25000);
+  CHECK_GE(gots, 3);
+  close(fd);
+  expect_line(&s, "Connection closed");
+  finish(&s);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s ECHO_SERVER ECHO_RAW\n", argv[0]);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  test_echo_server(argv[1]);
+  test_echo_raw(argv[2]);
+  printf("test_examples_net: ok\n");
+  return 0;
+}
