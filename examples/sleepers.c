@@ -16,27 +16,39 @@
 #include <weft.h>
 
 static double scale = 1.0;
+static int64_t start; /* the loop's clock when the tasks began */
 
-static int64_t seconds(double s) { return (int64_t)(s * scale * 1e9); }
+/* Sleeps until `s` seconds (scaled) after the start. The seed sleeps a
+ * delay from each wake-up; on an idle machine the two are the same, but
+ * delays add up the lateness of every wake-up, and on a slow one (under
+ * valgrind) countup's drift would change the interleaving. Measured from
+ * the start, the wake-ups keep the seed's timetable; where two fall on the
+ * same instant, the sleep set first wakes first, as in the seed. */
+static void sleep_until(double s) {
+  weft_sleep(start + (int64_t)(s * scale * 1e9) - weft_loop_now());
+}
 
 static void *countdown(void *arg) {
+  double t = 0;
   for (intptr_t n = (intptr_t)arg; n > 0; n--) {
     printf("Down %ld\n", (long)n);
-    weft_sleep(seconds(4));
+    sleep_until(t += 4); /* sched.sleep(4) */
   }
   return NULL;
 }
 
 static void *countup(void *arg) {
+  double t = 0;
   for (intptr_t x = 0; x < (intptr_t)arg; x++) {
     printf("Up %ld\n", (long)x);
-    weft_sleep(seconds(1));
+    sleep_until(t += 1); /* sched.sleep(1) */
   }
   return NULL;
 }
 
 static int run(void *unused) {
   (void)unused;
+  start = weft_loop_now();
   if (weft_go(countdown, (void *)5) < 0 || weft_go(countup, (void *)20) < 0)
     return 1;
   return 0;

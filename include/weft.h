@@ -272,8 +272,10 @@ weft_timer *weft_call_at(int64_t deadline, void (*cb)(void *), void *arg);
  * -ENOENT if it already fired or was cancelled; -EINVAL if t is NULL. */
 int weft_timer_cancel(weft_timer *t);
 
-/* Suspends the calling task for `delay` ns (<= 0: it yields once). Returns
- * 0; -ECANCELED if the task was cancelled; -EINVAL outside a task. */
+/* Suspends the calling task for `delay` ns (<= 0: it yields once),
+ * measured, like every timer, from weft_loop_now(): the clock as read at
+ * the start of this turn of the loop. Returns 0; -ECANCELED if the task was
+ * cancelled; -EINVAL outside a task. */
 int weft_sleep(int64_t delay);
 
 /* The loop's clock: weft_now() as read at the start of the current turn of

@@ -23,10 +23,14 @@
 
 typedef struct epoll_state {
   int epfd;
-  int cap;       /* room in events */
-  int no_pwait2; /* epoll_pwait2 is missing (ENOSYS) */
+  int cap; /* room in events */
   struct epoll_event *events;
 } epoll_state;
+
+/* epoll_pwait2 is missing (ENOSYS: before Linux 5.11, or under a tool that
+ * does not know it, like valgrind 3.19): learnt once per process. Relaxed
+ * atomics: any thread may learn it first; a stale 0 costs one ENOSYS. */
+static int no_pwait2;
 
 static int epoll_init(weft_loop *loop) {
   epoll_state *st = weft__calloc(1, sizeof *st);
@@ -62,13 +66,13 @@ static void epoll_fini(weft_loop *loop) {
 static int wait_events(epoll_state *st, int64_t timeout) {
   if (timeout < 0)
     return epoll_wait(st->epfd, st->events, st->cap, -1);
-  if (!st->no_pwait2) {
+  if (!__atomic_load_n(&no_pwait2, __ATOMIC_RELAXED)) {
     struct timespec ts = {(time_t)(timeout / 1000000000),
                           (long)(timeout % 1000000000)};
     int n = epoll_pwait2(st->epfd, st->events, st->cap, &ts, NULL);
     if (n >= 0 || errno != ENOSYS)
       return n;
-    st->no_pwait2 = 1;
+    __atomic_store_n(&no_pwait2, 1, __ATOMIC_RELAXED);
   }
   int64_t ms = (timeout + 999999) / 1000000;
   return epoll_wait(st->epfd, st->events, st->cap,

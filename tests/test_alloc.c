@@ -10,8 +10,9 @@
  *
  * Covered: weft_loop_new, weft_spawn_opts with a name (first spawn on a
  * loop, and one that finds the record slab and stack pool in place),
- * weft_gen_new, weft_main, and a weft_main whose body spawns enough named
- * tasks and generators to grow the record slabs and stack chunks.
+ * weft_gen_new, weft_main, a weft_main whose body spawns enough named
+ * tasks and generators to grow the record slabs and stack chunks, and one
+ * that arms timers and callbacks and talks through two streams.
  */
 #include "stack.h"
 #include "weft.h"
@@ -296,6 +297,104 @@ static long cover_busy(void) {
   return 0;
 }
 
+/* ---- the loop's own allocations ----------------------------------------
+ * Timers (enough to grow the record chunks and the heap), callbacks
+ * (enough to grow the ring), an fd table, a stream each way over a
+ * socketpair with a writer task: at the first failure the body stops,
+ * cancels what it armed and reports -ENOMEM. Nothing may leak, fds
+ * included. */
+#include <sys/socket.h>
+#define IO_TIMERS    1500
+#define IO_CALLBACKS 300
+
+static int fired;
+static void count_cb(void *arg) {
+  (void)arg;
+  fired++;
+}
+
+static void *io_writer(void *arg) {
+  weft_stream *w = arg;
+  for (int i = 0; i < 3; i++)
+    if (weft_stream_write(w, "line\n", 5) != 5)
+      break;
+  weft_stream_close(w);
+  return NULL;
+}
+
+static int io_main(void *arg) {
+  (void)arg;
+  static weft_timer *t[IO_TIMERS];
+  int armed = 0, rc = 0;
+  for (; armed < IO_TIMERS; armed++)
+    if (!(t[armed] = weft_call_later(WEFT_MS(1 + armed % 7), count_cb, NULL))) {
+      CHECK_EQ(errno, ENOMEM);
+      rc = -ENOMEM;
+      break;
+    }
+  for (int i = 0; rc == 0 && i < IO_CALLBACKS; i++)
+    if ((rc = weft_call_soon(count_cb, NULL)) < 0)
+      CHECK_EQ(rc, -ENOMEM);
+  if (rc < 0) {
+    for (int i = 0; i < armed; i++)
+      CHECK_EQ(weft_timer_cancel(t[i]), 0);
+    return rc;
+  }
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *r = weft_stream_new(sv[0], 256);
+  weft_stream *w = weft_stream_new(sv[1], 256);
+  weft_task *wt = r && w ? weft_spawn(io_writer, w) : NULL;
+  if (!wt) {
+    CHECK_EQ(errno, ENOMEM);
+    if (r)
+      weft_stream_close(r);
+    else
+      weft_close(sv[0]);
+    if (w)
+      weft_stream_close(w);
+    else
+      weft_close(sv[1]);
+    return -ENOMEM;
+  }
+  char line[16];
+  int lines = 0;
+  ssize_t n;
+  while ((n = weft_stream_readline(r, line, sizeof line)) > 0)
+    lines++;
+  CHECK_EQ(weft_join(wt, NULL), 0);
+  weft_stream_close(r);
+  if (n == -ENOMEM)
+    return -ENOMEM; /* the fd table could not grow */
+  CHECK_EQ(n, 0);
+  CHECK_EQ(lines, 3);
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
+  CHECK_EQ(fired, IO_TIMERS + IO_CALLBACKS);
+  return 0;
+}
+
+static long cover_io(void) {
+  int fds = check_fd_count();
+  for (long n = 1; n < MAX_POINTS; n++) {
+    fired = 0;
+    arm(n);
+    int rc = weft_main(io_main, NULL);
+    int failed = disarm();
+    CHECK_EQ(check_fd_count(), fds);
+    if (rc != 0) {
+      CHECK(failed);
+      CHECK_EQ(rc, -ENOMEM);
+      check_no_leak("timers, callbacks, streams", n);
+      continue;
+    }
+    CHECK(!failed);
+    check_no_leak("timers, callbacks, streams", n);
+    return n - 1;
+  }
+  CHECK(!"the I/O program never succeeded");
+  return 0;
+}
+
 int main(void) {
   /* Before anything else of weft, as weft.h asks. */
   CHECK_EQ(weft_replace_allocator(NULL, t_realloc, t_free), -EINVAL);
@@ -324,6 +423,10 @@ int main(void) {
   n = cover_main();
   printf("weft_main: %ld failure point(s)\n", n);
   CHECK_GE(n, 3); /* the loop, the record slab, the name "main" */
+  total += n;
+  n = cover_io();
+  printf("timers, callbacks, streams: %ld failure point(s)\n", n);
+  CHECK_GE(n, 4); /* timer chunks, heap, ring, fd table, streams */
   total += n;
   n = cover_busy();
   printf("weft_main spawning %d named tasks with generators: %ld failure "

@@ -365,7 +365,8 @@ static void *write_main(void *arg) {
   for (size_t i = 0; i < sizeof bytes; i++)
     bytes[i] = (unsigned char)i;
   /* 100 writes of 10 bytes, then a flush: one write(2). */
-  long before = write_calls();
+  /* (Under valgrind the count includes valgrind's own messages.) */
+  long before = RUNNING_ON_VALGRIND ? -1 : write_calls();
   for (int i = 0; i < 100; i++)
     CHECK_EQ(weft_stream_write(s, bytes + 10 * i, 10), 10);
   CHECK_EQ(weft_stream_flush(s), 0);
