@@ -3,7 +3,9 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks]      (no argument: all three)
+#   bench/run.sh [switch|spawn|tasks|timers]  (no argument: all four)
+#   bench/run.sh echo                      the echo servers: bench/echo/run.sh
+#                                          (its own environment: DURATION, ...)
 #
 # Environment:
 #   BUILD         the CMake build directory (default: $WEFT_BUILD_DIR, as
@@ -14,6 +16,9 @@
 #   TASKS_N       tasks (and goroutines) for the tasks benchmark (1000000)
 #   TASKS_REPEAT  runs of the tasks benchmark (default 1: a million tasks
 #                 take 20-50 s here, a million goroutines about as long)
+#   TIMERS_REPEAT runs of the timers benchmark and its peers (default 3: a
+#                 run of the three takes about 20 s, its arm_fire rounds
+#                 waiting out real deadlines of up to a second)
 #   CI            with CI=true, as root, missing peer packages are installed
 #
 # Why runs and rounds: on a small shared VM one run is not a figure. The
@@ -33,18 +38,25 @@ BUILD=${BUILD:-${WEFT_BUILD_DIR:-$src/build}}
 REPEAT=${REPEAT:-5}
 TASKS_N=${TASKS_N:-1000000}
 TASKS_REPEAT=${TASKS_REPEAT:-1}
+TIMERS_REPEAT=${TIMERS_REPEAT:-3}
 
 note() { echo "bench: $*" >&2; }
 die() { note "$*"; exit 1; }
 
 what=${1:-all}
 case $what in
-  all | switch | spawn | tasks) ;;
-  *) die "usage: $0 [switch|spawn|tasks]" ;;
+  all | switch | spawn | tasks | timers | echo) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|echo]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
 bin=$BUILD/bench
+
+# The echo benchmark has its own peers, build (its programs only, so that
+# it does not depend on the other benchmarks building), runs and table.
+if [ "$what" = echo ]; then
+  BUILD=$BUILD exec "$here/echo/run.sh"
+fi
 
 # ---- peer packages ----------------------------------------------------
 # Each peer needs one package. A missing one is installed when that is
@@ -74,8 +86,14 @@ want_peer() { # peer package -> 0 if the package is there (now)
 }
 have_fcontext=0
 have_go=0
+have_libev=0
+have_libuv=0
 if [ "$what" = all ] || [ "$what" = switch ]; then
   want_peer fcontext libboost-context-dev && have_fcontext=1
+fi
+if [ "$what" = all ] || [ "$what" = timers ]; then
+  want_peer libev libev-dev && have_libev=1
+  want_peer libuv libuv1-dev && have_libuv=1
 fi
 want_peer go golang-go && have_go=1
 
@@ -98,6 +116,14 @@ esac
 if [ $have_fcontext = 1 ] && [ ! -x "$bin/bench_peer_fcontext" ]; then
   note "the fcontext peer is skipped: CMake did not find Boost.Context"
   have_fcontext=0
+fi
+if [ $have_libev = 1 ] && [ ! -x "$bin/bench_peer_timers_ev" ]; then
+  note "the libev peer is skipped: CMake did not find libev"
+  have_libev=0
+fi
+if [ $have_libuv = 1 ] && [ ! -x "$bin/bench_peer_timers_uv" ]; then
+  note "the libuv peer is skipped: CMake did not find libuv (pkg-config)"
+  have_libuv=0
 fi
 if [ $have_go = 1 ]; then
   # No modules, no network: the program uses the standard library only.
@@ -163,6 +189,17 @@ report() {
           med_of["peer_fcontext_switch_oneway"] > 0)
         printf "ratio_switch_gen_vs_fcontext %.2f x\n",
           med_of["switch_gen_oneway"] / med_of["peer_fcontext_switch_oneway"]
+      # So are the timers targets: weft's figure over each peer's (below 1:
+      # weft is faster).
+      split("arm_fire rearm", fig, " ")
+      split("libev libuv", peer, " ")
+      for (f = 1; f <= 2; f++)
+        for (p = 1; p <= 2; p++) {
+          w = "timers_weft_" fig[f]; o = "timers_" peer[p] "_" fig[f]
+          if ((w in med_of) && (o in med_of) && med_of[o] > 0)
+            printf "ratio_timers_%s_weft_vs_%s %.2f x\n", fig[f], peer[p],
+              med_of[w] / med_of[o]
+        }
     }' "$out"
   : >"$out"
 }
@@ -197,8 +234,21 @@ bench_tasks() {
   report
 }
 
+# Runs of the three programs interleave, as everywhere; each run is the
+# median of its own 3 rounds per figure (timers.c).
+bench_timers() {
+  local i
+  note "timers: each run of each program waits out ~4 s of real deadlines"
+  for ((i = 0; i < TIMERS_REPEAT; i++)); do
+    run1 "$bin/bench_timers"
+    [ $have_libev = 0 ] || run1 "$bin/bench_peer_timers_ev"
+    [ $have_libuv = 0 ] || run1 "$bin/bench_peer_timers_uv"
+  done
+  report
+}
+
 case $what in
-  all) bench_switch; bench_spawn; bench_tasks ;;
+  all) bench_switch; bench_spawn; bench_tasks; bench_timers ;;
   *) "bench_$what" ;;
 esac
 exit $status

@@ -272,6 +272,14 @@ weft_timer *weft_call_at(int64_t deadline, void (*cb)(void *), void *arg);
  * -ENOENT if it already fired or was cancelled; -EINVAL if t is NULL. */
 int weft_timer_cancel(weft_timer *t);
 
+/* Moves a timer that has not fired to `delay` ns after weft_loop_now(),
+ * keeping its callback: what cancelling it and setting a new one would do
+ * (it then fires after the timers already set for the same deadline), in
+ * one step and without a new handle. For deadlines that keep moving, such
+ * as an idle timeout pushed back on every message. Returns 0; -ENOENT if it
+ * already fired or was cancelled; -EINVAL if t is NULL. */
+int weft_timer_rearm(weft_timer *t, int64_t delay);
+
 /* Suspends the calling task for `delay` ns (<= 0: it yields once),
  * measured, like every timer, from weft_loop_now(): the clock as read at
  * the start of this turn of the loop. Returns 0; -ECANCELED if the task was

@@ -57,9 +57,7 @@ static weft__timer_rec *rec_of(weft_timer *h) {
 }
 #else
 static weft_timer *handle_of(weft__timer_rec *r) { return (weft_timer *)r; }
-static weft__timer_rec *rec_of(weft_timer *h) {
-  return (weft__timer_rec *)h;
-}
+static weft__timer_rec *rec_of(weft_timer *h) { return (weft__timer_rec *)h; }
 #endif
 
 /* ---- records ---------------------------------------------------------- */
@@ -67,8 +65,7 @@ static int add_chunk(weft_loop *loop) {
   uint32_t n = loop->timer_nchunks;
   if ((uint64_t)(n + 1) * TIMER_CHUNK >= NOT_ARMED)
     return -ENOMEM;
-  weft__timer_rec **v =
-      weft__realloc(loop->timer_chunks, (n + 1) * sizeof *v);
+  weft__timer_rec **v = weft__realloc(loop->timer_chunks, (n + 1) * sizeof *v);
   if (!v)
     return -ENOMEM;
   loop->timer_chunks = v;
@@ -273,6 +270,29 @@ int weft_timer_cancel(weft_timer *h) {
   return 0;
 }
 
+int weft_timer_rearm(weft_timer *h, int64_t delay) {
+  if (!h)
+    return -EINVAL;
+  weft__timer_rec *r = rec_of(h);
+  if (!r || r->pos == NOT_ARMED)
+    return -ENOENT;
+  weft_loop *loop = r->loop;
+  if (loop->seq_next == UINT32_MAX)
+    renumber(loop);
+  /* In place: a new key, then one sift, whichever way it must go (what a
+   * cancel and a new timer would cost in two). The new sequence number
+   * orders it after every timer set before, as if it had just been set. */
+  uint32_t pos = r->pos;
+  weft__heap_entry *e = &loop->heap[pos];
+  e->deadline = deadline_after(loop, delay);
+  e->seq = loop->seq_next++;
+  if (pos > 0 && less(e, &loop->heap[(pos - 1) / 4]))
+    sift_up(loop, pos);
+  else
+    sift_down(loop, pos);
+  return 0;
+}
+
 void weft__timer_seq_set(weft_loop *loop, uint32_t seq) {
   loop->seq_next = seq;
 }
@@ -312,8 +332,8 @@ int weft_sleep(int64_t delay) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  weft__timer_rec *r = arm(t->loop, deadline_after(t->loop, delay),
-                           wake_sleeper, t);
+  weft__timer_rec *r =
+      arm(t->loop, deadline_after(t->loop, delay), wake_sleeper, t);
   if (!r)
     return -ENOMEM;
   return weft__park("sleep", undo_sleep, r);

@@ -8,6 +8,8 @@
  *    cancelled; cancel returns 0, then -ENOENT, also after firing and from
  *    a callback of the same turn;
  *  - a timer re-armed with delay 0 from its own callback lets tasks run;
+ *  - weft_timer_rearm moves a timer either way (a tie goes after), then
+ *    -ENOENT once it fired or was cancelled;
  *  - weft_sleep: waits at least its delay, 0 yields, -ECANCELED at once
  *    (and leaves no timer behind), -EINVAL outside a task;
  *  - the loop's clock is read once per turn;
@@ -273,6 +275,33 @@ static void test_rearm_zero(void) {
   CHECK_STR_EQ(trace, "trtrtrt");
 }
 
+/* ---- rearm ------------------------------------------------------------ */
+static void *rearm_api_task(void *arg) {
+  (void)arg;
+  int64_t when = weft_loop_now();
+  weft_timer *a = weft_call_at(when + WEFT_MS(2), note_cb, "a");
+  weft_timer *b = weft_call_at(when + WEFT_MS(4), note_cb, "b");
+  weft_timer *c = weft_call_at(when + WEFT_MS(6), note_cb, "c");
+  CHECK(a && b && c);
+  /* a moves after c; b moves to where a was, then back */
+  CHECK_EQ(weft_timer_rearm(a, WEFT_MS(8)), 0);
+  CHECK_EQ(weft_timer_rearm(b, WEFT_MS(1)), 0);
+  CHECK_EQ(weft_timer_rearm(b, WEFT_MS(6)), 0); /* ties c: set later */
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0);
+  CHECK_EQ(weft_timer_rearm(a, WEFT_MS(1)), -ENOENT); /* fired */
+  CHECK_EQ(weft_timer_rearm(NULL, 0), -EINVAL);
+  weft_timer *d = weft_call_later(WEFT_MS(1), note_cb, "d");
+  CHECK_EQ(weft_timer_cancel(d), 0);
+  CHECK_EQ(weft_timer_rearm(d, 0), -ENOENT); /* cancelled */
+  return NULL;
+}
+
+static void test_rearm_api(void) {
+  trace_reset();
+  CHECK_EQ(run_task(rearm_api_task, NULL), 0);
+  CHECK_STR_EQ(trace, "cba");
+}
+
 /* ---- sleep ------------------------------------------------------------ */
 static void *sleeper(void *arg) {
   int64_t d = (int64_t)I(arg);
@@ -380,6 +409,7 @@ int main(void) {
   test_random_order();
   test_cancel();
   test_rearm_zero();
+  test_rearm_api();
   test_sleep();
   test_sleep_cancel();
   test_clock();
