@@ -22,6 +22,7 @@
 #include "ctx.h"
 #include "stack.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 
@@ -168,13 +169,21 @@ void weft__tasks_free(weft_loop *loop);
 /* A process-unique id for a task or a generator (task.c). */
 uint64_t weft__next_id(void);
 
-/* The running task, or NULL (task.c). */
-weft_task *weft__running_task(void);
+/* The running task, or NULL. Inline: every I/O call asks, twice. */
+static inline weft_task *weft__running_task(void) {
+  weft_loop *loop = weft__loop_running;
+  return loop ? loop->current : NULL;
+}
 
 /* 0, or -ECANCELED if the running task has been cancelled: the check every
  * blocking call makes first, even when it could complete at once. -EINVAL
  * outside a task. */
-int weft__checkpoint(void);
+static inline int weft__checkpoint(void) {
+  weft_task *t = weft__running_task();
+  if (!t)
+    return -EINVAL;
+  return (t->flags & TASK_CANCELLED) ? -ECANCELED : 0;
+}
 
 /* Timers and callbacks (timer.c). weft__timers_fire runs every timer due
  * at loop->now; weft__callbacks_run the callbacks queued before it was

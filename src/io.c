@@ -98,7 +98,10 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
 }
 
 /* The entry of fd, probed; NULL with *rc set on failure. */
-static weft__fd *entry(weft_loop *loop, int fd, int *rc) {
+static inline weft__fd *entry(weft_loop *loop, int fd, int *rc) {
+  /* The usual case first: an fd already in the table and probed. */
+  if (fd >= 0 && (size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
+    return &loop->fds[fd];
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e) {
     *rc = fd < 0 ? -EBADF : -ENOMEM;

@@ -137,15 +137,6 @@ static weft_task *running_task(void) {
   return loop ? loop->current : NULL;
 }
 
-weft_task *weft__running_task(void) { return running_task(); }
-
-int weft__checkpoint(void) {
-  weft_task *t = running_task();
-  if (!t)
-    return -EINVAL;
-  return (t->flags & TASK_CANCELLED) ? -ECANCELED : 0;
-}
-
 /* In whatever context runs after a task ended, off its stack. */
 static void reap(weft_loop *loop) {
   weft_task *t = loop->dead;
