@@ -1,8 +1,10 @@
 /*
  * The network examples, run as programs (once per backend):
  *
- *   test_examples_net ECHO_SERVER ECHO_RAW
+ *   test_examples_net ECHO_SERVER ECHO_RAW [WRAPPER...]
  *
+ * (WRAPPER: a command the servers run under, such as the cross build's
+ * qemu-aarch64.)
  * Each runs with --host 127.0.0.1 --port 0 --clients N; the port comes
  * from the line it writes on standard error. Clients (plain blocking
  * sockets, one after the other) check every reply, and the test checks
@@ -28,6 +30,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static char **wrapper; /* argv[3...]: what the servers run under */
+static int nwrapper;
+
 typedef struct server {
   pid_t pid;
   int port;
@@ -48,8 +53,16 @@ static server start(const char *prog, int clients) {
     close(err[0]);
     char n[16];
     snprintf(n, sizeof n, "%d", clients);
-    execl(prog, prog, "--host", "127.0.0.1", "--port", "0", "--clients", n,
-          (char *)NULL);
+    char *args[32];
+    int k = 0;
+    for (int i = 0; i < nwrapper && k < 24; i++)
+      args[k++] = wrapper[i];
+    const char *rest[] = {prog,        "--host", "127.0.0.1", "--port", "0",
+                          "--clients", n};
+    for (size_t i = 0; i < sizeof rest / sizeof *rest; i++)
+      args[k++] = (char *)rest[i];
+    args[k] = NULL;
+    execvp(args[0], args);
     _exit(127);
   }
   close(out[1]);
@@ -232,10 +245,12 @@ static void test_echo_raw(const char *prog) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s ECHO_SERVER ECHO_RAW\n", argv[0]);
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s ECHO_SERVER ECHO_RAW [WRAPPER...]\n", argv[0]);
     return 2;
   }
+  wrapper = argv + 3;
+  nwrapper = argc - 3;
   signal(SIGPIPE, SIG_IGN);
   test_echo_server(argv[1]);
   test_echo_raw(argv[2]);
