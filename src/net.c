@@ -71,13 +71,18 @@ static int bind_listen(int fd, const struct sockaddr *addr, socklen_t len,
   return fd;
 }
 
+/* A socket of `type` for host:port, whose address goes to *ss and *len:
+ * the fd or a negative errno. */
+static int socket_for(const char *host, int port, int type,
+                      struct sockaddr_storage *ss, socklen_t *len) {
+  int rc = parse_addr(host, port, ss, len);
+  return rc < 0 ? rc : new_socket(ss->ss_family, type);
+}
+
 int weft_tcp_listen(const char *host, int port, int backlog) {
   struct sockaddr_storage ss;
   socklen_t len;
-  int rc = parse_addr(host, port, &ss, &len);
-  if (rc < 0)
-    return rc;
-  int fd = new_socket(ss.ss_family, SOCK_STREAM);
+  int fd = socket_for(host, port, SOCK_STREAM, &ss, &len);
   if (fd < 0)
     return fd;
   int one = 1;
@@ -91,10 +96,7 @@ int weft_tcp_connect(const char *host, int port) {
   socklen_t len;
   if (!host || !*host)
     return -EINVAL;
-  int rc = parse_addr(host, port, &ss, &len);
-  if (rc < 0)
-    return rc;
-  int fd = new_socket(ss.ss_family, SOCK_STREAM);
+  int rc, fd = socket_for(host, port, SOCK_STREAM, &ss, &len);
   if (fd < 0)
     return fd;
   int one = 1;
@@ -109,10 +111,7 @@ int weft_tcp_connect(const char *host, int port) {
 int weft_udp_bind(const char *host, int port) {
   struct sockaddr_storage ss;
   socklen_t len;
-  int rc = parse_addr(host, port, &ss, &len);
-  if (rc < 0)
-    return rc;
-  int fd = new_socket(ss.ss_family, SOCK_DGRAM);
+  int fd = socket_for(host, port, SOCK_DGRAM, &ss, &len);
   if (fd < 0)
     return fd;
   return bind_listen(fd, (struct sockaddr *)&ss, len, -1);

@@ -62,23 +62,32 @@ int weft_stream_fd(const weft_stream *s) { return s ? s->fd : -EINVAL; }
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* Reads once more into rbuf, first moving the unread bytes to the front if
- * the free space is gone. Returns the count read, 0 at end of file, or a
- * negative errno (the buffered bytes are untouched). */
-static ssize_t fill(weft_stream *s) {
-  if (s->rpos == s->rlen) {
-    s->rpos = s->rlen = s->scanned = 0;
-  } else if (s->rlen == s->cap && s->rpos > 0) {
-    size_t n = s->rlen - s->rpos;
-    memmove(s->rbuf, s->rbuf + s->rpos, n);
-    s->scanned -= s->rpos;
-    s->rpos = 0;
-    s->rlen = n;
-  }
+/* Moves the unread bytes of rbuf to its front. */
+static void compact(weft_stream *s) {
+  size_t n = s->rlen - s->rpos;
+  memmove(s->rbuf, s->rbuf + s->rpos, n);
+  s->scanned -= s->rpos;
+  s->rpos = 0;
+  s->rlen = n;
+}
+
+/* One read into the free end of rbuf. */
+static ssize_t read_more(weft_stream *s) {
   ssize_t n = weft_read(s->fd, s->rbuf + s->rlen, s->cap - s->rlen);
   if (n > 0)
     s->rlen += (size_t)n;
   return n;
+}
+
+/* Reads once more into rbuf, first moving the unread bytes to the front if
+ * the free space is gone. Returns the count read, 0 at end of file, or a
+ * negative errno (the buffered bytes are untouched). */
+static ssize_t fill(weft_stream *s) {
+  if (s->rpos == s->rlen)
+    s->rpos = s->rlen = s->scanned = 0;
+  else if (s->rlen == s->cap && s->rpos > 0)
+    compact(s);
+  return read_more(s);
 }
 
 /* Takes len unread bytes out of rbuf into buf. */
@@ -173,14 +182,9 @@ ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
   if (len <= s->cap) {
     /* Gather all of it in rbuf first, so a failure consumes nothing. */
     while (s->rlen - s->rpos < len) {
-      if (s->rpos + len > s->cap) {
-        size_t n = s->rlen - s->rpos;
-        memmove(s->rbuf, s->rbuf + s->rpos, n);
-        s->scanned -= s->rpos;
-        s->rpos = 0;
-        s->rlen = n;
-      }
-      ssize_t n = weft_read(s->fd, s->rbuf + s->rlen, s->cap - s->rlen);
+      if (s->rpos + len > s->cap)
+        compact(s);
+      ssize_t n = read_more(s);
       if (n < 0)
         return n;
       if (n == 0) {
@@ -188,7 +192,6 @@ ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
         take(s, buf, have);
         return (ssize_t)have;
       }
-      s->rlen += (size_t)n;
     }
     take(s, buf, len);
     return (ssize_t)len;
