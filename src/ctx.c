@@ -13,6 +13,10 @@
 #include "ctx.h"
 
 #include <stdlib.h>
+#ifdef WEFT_CTX_UCONTEXT
+#include <pthread.h>
+#include <signal.h>
+#endif
 
 /* The stack now running on this thread, and the one that ran before the
  * last switch (ASan reports the latter's bounds on arrival). */
@@ -92,6 +96,12 @@ void weft__ctx_make(weft__ctx *c, weft__region *r, void (*entry)(void *)) {
 static inline void *raw_switch(weft__ctx *from, weft__ctx *to, void *arg) {
   uc_target = to;
   uc_arg = arg;
+  /* swapcontext also switches the signal mask to the one `to` had when it
+   * was saved (or made). The mask belongs to the thread, as with the
+   * hand-written switches: weft_loop_run blocks SIGPIPE after tasks were
+   * made, and a task must not unblock it. So `to` takes the current mask
+   * (one more system call; this switch makes one anyway). */
+  pthread_sigmask(SIG_SETMASK, NULL, &to->uc.uc_sigmask);
   swapcontext(&from->uc, &to->uc);
   return uc_arg;
 }
