@@ -8,6 +8,8 @@
  *    cancelled; cancel returns 0, then -ENOENT, also after firing and from
  *    a callback of the same turn;
  *  - a timer re-armed with delay 0 from its own callback lets tasks run;
+ *  - the 32-bit sequence numbers are renumbered before they wrap, and
+ *    equal deadlines keep their order across it;
  *  - weft_timer_rearm moves a timer either way (a tie goes after), then
  *    -ENOENT once it fired or was cancelled;
  *  - weft_sleep: waits at least its delay, 0 yields, -ECANCELED at once
@@ -302,6 +304,27 @@ static void test_rearm_api(void) {
   CHECK_STR_EQ(trace, "cba");
 }
 
+/* ---- the sequence numbers renumbered before they wrap ------------------ */
+void weft__timer_seq_set(weft_loop *loop, uint32_t seq); /* internal.h */
+
+static void *wrap_task(void *arg) {
+  (void)arg;
+  static const char *names[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  int64_t when = weft_loop_now() + WEFT_MS(2);
+  /* Three set before the wrap, five after; the same deadline for all but
+   * one, which comes first. */
+  weft__timer_seq_set(weft_loop_current(), UINT32_MAX - 3);
+  for (int i = 0; i < 8; i++)
+    CHECK(weft_call_at(i == 6 ? when - 1 : when, note_cb, (void *)names[i]));
+  return NULL;
+}
+
+static void test_seq_wrap(void) {
+  trace_reset();
+  CHECK_EQ(run_task(wrap_task, NULL), 0);
+  CHECK_STR_EQ(trace, "gabcdefh");
+}
+
 /* ---- sleep ------------------------------------------------------------ */
 static void *sleeper(void *arg) {
   int64_t d = (int64_t)I(arg);
@@ -410,6 +433,7 @@ int main(void) {
   test_cancel();
   test_rearm_zero();
   test_rearm_api();
+  test_seq_wrap();
   test_sleep();
   test_sleep_cancel();
   test_clock();
