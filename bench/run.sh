@@ -189,8 +189,8 @@ report() {
           med_of["peer_fcontext_switch_oneway"] > 0)
         printf "ratio_switch_gen_vs_fcontext %.2f x\n",
           med_of["switch_gen_oneway"] / med_of["peer_fcontext_switch_oneway"]
-      # So are the timers targets: weft's figure over each peer's (below 1:
-      # weft is faster).
+      # So are the timers targets: the weft figure over each peer figure
+      # (below 1: weft is faster). No apostrophes: this is in single quotes.
       split("arm_fire rearm", fig, " ")
       split("libev libuv", peer, " ")
       for (f = 1; f <= 2; f++)
