@@ -193,18 +193,8 @@ int main(int argc, char **argv) {
     bench_add(&s, &o, arm_fire_round(loop, o.iters));
   bench_report(&s, "ns");
 
-  /* A fresh loop for the rearm rounds, as the peers use a fresh array of
-   * watchers: arm_fire leaves the loop's free list in firing order, which
-   * is random, so the 100,000 timers would get records strewn over the
-   * 40 MB that a million took, a cache and TLB miss each. That costs weft
-   * 2x here (with a spread of 85-185 ns between processes), and is a
-   * figure of the history, not of the re-arm. */
-  weft_loop_free(loop);
-  loop = weft_loop_new(NULL);
-  if (!loop) {
-    perror("timers: weft_loop_new");
-    return 1;
-  }
+  /* The rearm rounds run on the loop that has just run arm_fire, records
+   * and all: what a long-running program's loop would have behind it. */
   if (weft_call_soon(rearm_all, NULL) != 0 || weft_loop_run(loop) != 0) {
     fprintf(stderr, "timers: the rearm rounds did not run\n");
     return 1;

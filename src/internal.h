@@ -113,7 +113,8 @@ struct weft_loop {
   uint32_t seq_next;              /* next arming's sequence number */
   weft__timer_rec **timer_chunks; /* records, TIMER_CHUNK per chunk */
   uint32_t timer_nchunks;
-  uint32_t timer_free; /* first free record id + 1 (0: none) */
+  uint32_t timer_free;  /* first free record id + 1 (0: none) */
+  uint32_t timer_frees; /* records freed since the free list was sorted */
 
   /* Callbacks: a ring of pending weft_call_soon (timer.c). */
   weft__callback *cbs;

@@ -93,14 +93,39 @@ static weft__timer_rec *rec_new(weft_loop *loop) {
   return r;
 }
 
+#define RETIRED UINT32_MAX /* next_free of a record never to be reused */
+
 static void rec_free(weft_loop *loop, weft__timer_rec *r) {
   r->pos = NOT_ARMED;
+  loop->timer_frees++;
   /* As with tasks: a generation that wrapped would revive a stale handle,
    * so such a record is retired (1 in 65,536 recycles). */
-  if (++r->gen == 0)
+  if (++r->gen == 0) {
+    r->next_free = RETIRED;
     return;
+  }
   r->next_free = loop->timer_free;
   loop->timer_free = r->id + 1;
+}
+
+/* No timer is armed: put the free list back in address order. After a
+ * burst of timers that fired in deadline order, the list hands out records
+ * scattered over all the chunks, a cache and TLB miss each; in order, the
+ * next timers get neighbouring records. Done only once half as many
+ * records were freed as exist, so it costs O(1) per timer. */
+static void sort_free_list(weft_loop *loop) {
+  uint32_t total = loop->timer_nchunks * TIMER_CHUNK;
+  if (loop->timer_nchunks < 2 || loop->timer_frees < total / 2)
+    return;
+  loop->timer_frees = 0;
+  loop->timer_free = 0;
+  for (uint32_t id = total; id-- > 0;) {
+    weft__timer_rec *r = rec_at(loop, id);
+    if (r->next_free == RETIRED)
+      continue;
+    r->next_free = loop->timer_free;
+    loop->timer_free = id + 1;
+  }
 }
 
 /* ---- the heap --------------------------------------------------------- */
@@ -219,6 +244,8 @@ static weft__timer_rec *arm(weft_loop *loop, int64_t deadline,
 static void disarm(weft_loop *loop, weft__timer_rec *r) {
   heap_remove(loop, r->pos);
   rec_free(loop, r);
+  if (loop->heap_len == 0)
+    sort_free_list(loop);
 }
 
 /* The deadline `delay` after the loop's clock, at least 1 ns ahead and

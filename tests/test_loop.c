@@ -325,6 +325,32 @@ static void test_seq_wrap(void) {
   CHECK_STR_EQ(trace, "gabcdefh");
 }
 
+/* ---- regression: records scattered after a burst ----------------------
+ * After thousands of timers fired in deadline order, new timers got their
+ * records from a free list in that order: scattered, a cache miss each
+ * (re-arming 100,000 of them cost 2-3x). Once no timer is armed the free
+ * list is put back in address order: two new timers are neighbours. */
+static void *burst_task(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 5000; i++)
+    CHECK(weft_call_later(WEFT_MS((int64_t)(next_rand() % 5)), note_cb, ""));
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0); /* all fired */
+  weft_timer *a = weft_call_later(WEFT_SEC(1), note_cb, "");
+  weft_timer *b = weft_call_later(WEFT_SEC(1), note_cb, "");
+  /* A handle is the record's address, a generation in its top 16 bits. */
+  uintptr_t mask = ((uintptr_t)1 << 48) - 1;
+  intptr_t gap = (intptr_t)(((uintptr_t)b & mask) - ((uintptr_t)a & mask));
+  CHECK(gap > 0 && gap <= 64);
+  CHECK_EQ(weft_timer_cancel(a), 0);
+  CHECK_EQ(weft_timer_cancel(b), 0);
+  return NULL;
+}
+
+static void test_records_in_order_after_burst(void) {
+  trace_reset();
+  CHECK_EQ(run_task(burst_task, NULL), 0);
+}
+
 /* ---- sleep ------------------------------------------------------------ */
 static void *sleeper(void *arg) {
   int64_t d = (int64_t)I(arg);
@@ -434,6 +460,7 @@ int main(void) {
   test_rearm_zero();
   test_rearm_api();
   test_seq_wrap();
+  test_records_in_order_after_burst();
   test_sleep();
   test_sleep_cancel();
   test_clock();
