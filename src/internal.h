@@ -156,8 +156,8 @@ void weft__run_ready(weft_loop *loop);
 /* Task switches in one turn of the loop before it looks at timers and I/O. */
 #define WEFT__BATCH 64
 
-/* I/O calls that complete at once, counted across the loop's tasks, after
- * which the calling task yields (io.c): a task whose socket always has data
+/* I/O calls that complete at once, in a row (a call that parks starts the
+ * count again), after which the calling task yields (io.c): a task whose socket always has data
  * cannot keep the others, or the loop's own poll, waiting. */
 #define WEFT__IO_BUDGET 128
 

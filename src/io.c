@@ -179,6 +179,7 @@ static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
       return rc;
     }
   }
+  loop->io_budget = WEFT__IO_BUDGET; /* it blocks: the count starts again */
   int rc =
       weft__park(events & WEFT_READ ? "fd read" : "fd write", undo_wait, &w);
   if (rc < 0)
@@ -279,10 +280,11 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
   }
 }
 
-/* Every WEFT__IO_BUDGET calls the caller goes to the back of the ready
- * queue first, so the loop polls and the other tasks run (the fairness
- * that tokio's budget gives: without it, a task that always finds data
- * ready would run alone as long as its peer keeps up). */
+/* After WEFT__IO_BUDGET calls in a row that did not block (parking resets
+ * the count) the caller goes to the back of the ready queue first, so the loop
+ * polls and the other tasks run (the fairness that tokio's budget gives:
+ * without it, a task that always finds data ready would run alone as long as
+ * its peer keeps up). */
 static void spend_budget(weft_loop *loop) {
   if (--loop->io_budget == 0) {
     loop->io_budget = WEFT__IO_BUDGET;

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The echo benchmark: weft's one-task-per-connection echo server against a
 # hand-written epoll server (the limit) and the peers, all driven by the
-# same load generator (bench/echo/loadgen.c). Prints the load generator's
-# "name value unit" lines on stdout; notes, build output and, at the end, a
-# markdown table of the figures go to stderr.
+# same load generator (bench/echo/loadgen.c). Prints on stdout one "name
+# value unit" line per figure (the median over the rounds of each of the
+# load generator's figures, then ratios to epoll); each round's figures,
+# notes, build output and, at the end, markdown tables go to stderr. With
+# the defaults it takes 2.5 minutes, up to twice that if many runs have to
+# be done again (STEAL_MAX).
 #
 #   bench/echo/run.sh            (or bench/run.sh echo)
 #
@@ -487,7 +490,7 @@ cat "$med"
       if (fewest >= 0)
         printf "\nUser-mode CPU is sampled per clock tick: the fewest user" \
                " ticks behind a figure above is %d (about %.0f%% noise).\n",
-               fewest, fewest > 0 ? 100 / sqrt(fewest) : 100
+               fewest, (fewest > 0 ? 100 / sqrt(fewest) : 100)
       has_ratio = 0
       for (name in v) if (name ~ /^echo_ratio_/) has_ratio = 1
       if (has_ratio) {
