@@ -78,6 +78,10 @@ struct weft__fd {
 
 struct weft__backend {
   const char *name;
+  /* 1 if watch/unwatch must hear of every change of an fd's `wanted`
+   * (poll); 0 if the registration made at first sight covers every wait
+   * (epoll), which spares a wait two calls. */
+  int per_wait;
   /* Sets up loop->backend_data. Returns 0 or a negative errno. */
   int (*init)(weft_loop *loop);
   /* Releases what init made. */

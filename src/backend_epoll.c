@@ -137,6 +137,7 @@ const weft__backend weft__backend_epoll = {
     .io = weft__io_readiness,
     .watch = epoll_watch,
     .unwatch = epoll_unwatch,
+    .per_wait = 0,
 };
 
 #endif

@@ -122,4 +122,5 @@ const weft__backend weft__backend_poll = {
     .io = weft__io_readiness,
     .watch = poll_watch,
     .unwatch = poll_unwatch,
+    .per_wait = 1,
 };

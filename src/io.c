@@ -148,6 +148,8 @@ static void waiter_unlink(weft_loop *loop, weft__waiter *w) {
   if (w->next)
     w->next->prev = w->prev;
   loop->nwaiters--;
+  if (!loop->backend->per_wait)
+    return;
   uint8_t wanted = wanted_by(e);
   if (wanted != e->wanted) {
     e->wanted = wanted;
@@ -172,7 +174,8 @@ static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
   loop->nwaiters++;
   uint8_t old = e->wanted;
   e->wanted |= (uint8_t)events;
-  if (e->wanted != old || !(e->flags & FD_WATCHED)) {
+  if (!(e->flags & FD_WATCHED) ||
+      (loop->backend->per_wait && e->wanted != old)) {
     int rc = loop->backend->watch(loop, fd, e);
     if (rc < 0) {
       waiter_unlink(loop, &w);
