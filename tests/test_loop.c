@@ -89,6 +89,9 @@ static void test_call_soon(void) {
 static void test_misuse(void) {
   CHECK_EQ(weft_call_soon(note_cb, "x"), -EINVAL); /* no loop */
   errno = 0;
+  CHECK(weft_call_at(0, note_cb, "x") == NULL);
+  CHECK_EQ(errno, EINVAL);
+  errno = 0;
   CHECK(weft_call_later(0, note_cb, "x") == NULL);
   CHECK_EQ(errno, EINVAL);
   CHECK_EQ(weft_timer_cancel(NULL), -EINVAL);
@@ -100,6 +103,9 @@ static void test_misuse(void) {
   CHECK_EQ(weft_call_soon(NULL, NULL), -EINVAL);
   errno = 0;
   CHECK(weft_call_later(0, NULL, NULL) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  errno = 0;
+  CHECK(weft_call_at(weft_now(), NULL, NULL) == NULL);
   CHECK_EQ(errno, EINVAL);
   CHECK_EQ(weft_sleep(1), -EINVAL); /* a loop, but not in a task */
   weft_loop_free(loop);
