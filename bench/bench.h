@@ -111,4 +111,31 @@ static inline void bench_report(bench_series *s, const char *unit) {
   bench_print(s->name, bench_median(s->v, s->n), unit);
 }
 
+/* CPU time of the whole process, in ns: for benchmarks whose library might
+ * do work on a thread of its own (the timers), where bench_now's thread
+ * clock would miss it. */
+static inline int64_t bench_cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* xorshift64 (Marsaglia) with a fixed seed, so that weft and its peers draw
+ * the same numbers in the same order. Fast and reproducible, not good. */
+static inline uint64_t *bench_rng_state(void) {
+  static uint64_t state;
+  return &state;
+}
+static inline void bench_rng_seed(void) {
+  *bench_rng_state() = 0x9e3779b97f4a7c15ULL;
+}
+static inline uint32_t bench_rng_below(uint32_t n) {
+  uint64_t x = *bench_rng_state();
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  *bench_rng_state() = x;
+  return (uint32_t)((x >> 32) % n);
+}
+
 #endif

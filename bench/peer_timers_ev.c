@@ -27,22 +27,6 @@
 
 #define LIVE 100000
 
-static int64_t cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* The same xorshift64 as timers.c, with the same seed. */
-static uint64_t rng;
-static void rng_seed(void) { rng = 0x9e3779b97f4a7c15ULL; }
-static uint32_t rng_below(uint32_t n) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (uint32_t)((rng >> 32) % n);
-}
-
 static struct ev_loop *loop;
 static const bench_opts *opts;
 
@@ -57,15 +41,15 @@ static struct {
 static void on_fire(struct ev_loop *l, ev_timer *w, int revents) {
   (void)l, (void)w, (void)revents;
   if (++af.fired == af.n)
-    af.t1 = cpu_now();
+    af.t1 = bench_cpu_now();
 }
 
 static void arm_all(struct ev_loop *l, ev_timer *kick, int revents) {
   (void)kick, (void)revents;
-  rng_seed();
-  af.t0 = cpu_now();
+  bench_rng_seed();
+  af.t0 = bench_cpu_now();
   for (long i = 0; i < af.n; i++) {
-    ev_timer_set(&af.w[i], rng_below(1000) / 1000.0, 0.);
+    ev_timer_set(&af.w[i], bench_rng_below(1000) / 1000.0, 0.);
     ev_timer_start(l, &af.w[i]);
   }
 }
@@ -95,24 +79,26 @@ static void never(struct ev_loop *l, ev_timer *w, int revents) {
 }
 
 /* 1000 s plus up to 1000 s more in whole milliseconds, as in timers.c. */
-static ev_tstamp far_delay(void) { return 1000. + rng_below(1000000) / 1000.; }
+static ev_tstamp far_delay(void) {
+  return 1000. + bench_rng_below(1000000) / 1000.;
+}
 
 static double rearm_round(long m) {
-  rng_seed();
-  int64_t t0 = cpu_now();
+  bench_rng_seed();
+  int64_t t0 = bench_cpu_now();
   for (long k = 0; k < m; k++) {
-    ev_timer *w = &live[rng_below(LIVE)];
+    ev_timer *w = &live[bench_rng_below(LIVE)];
     w->repeat = far_delay();
     ev_timer_again(loop, w);
   }
-  int64_t t1 = cpu_now();
+  int64_t t1 = bench_cpu_now();
   return (double)(t1 - t0) / (double)m;
 }
 
 static void rearm_all(struct ev_loop *l, ev_timer *kick, int revents) {
   (void)kick, (void)revents;
   static bench_series s = {.name = "timers_libev_rearm"};
-  rng_seed();
+  bench_rng_seed();
   for (long i = 0; i < LIVE; i++) {
     ev_init(&live[i], never);
     live[i].repeat = far_delay();

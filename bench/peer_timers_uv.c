@@ -24,22 +24,6 @@
 
 #define LIVE 100000
 
-static int64_t cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* The same xorshift64 as timers.c, with the same seed. */
-static uint64_t rng;
-static void rng_seed(void) { rng = 0x9e3779b97f4a7c15ULL; }
-static uint32_t rng_below(uint32_t n) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (uint32_t)((rng >> 32) % n);
-}
-
 static uv_loop_t loop;
 static const bench_opts *opts;
 
@@ -61,15 +45,15 @@ static struct {
 static void on_fire(uv_timer_t *h) {
   (void)h;
   if (++af.fired == af.n)
-    af.t1 = cpu_now();
+    af.t1 = bench_cpu_now();
 }
 
 static void arm_all(uv_timer_t *kick) {
   (void)kick;
-  rng_seed();
-  af.t0 = cpu_now();
+  bench_rng_seed();
+  af.t0 = bench_cpu_now();
   for (long i = 0; i < af.n; i++)
-    check(uv_timer_start(&af.h[i], on_fire, rng_below(1000), 0),
+    check(uv_timer_start(&af.h[i], on_fire, bench_rng_below(1000), 0),
           "uv_timer_start");
 }
 
@@ -96,22 +80,22 @@ static void never(uv_timer_t *h) {
 }
 
 /* 1000 s plus up to 1000 s more in whole milliseconds, as in timers.c. */
-static uint64_t far_delay(void) { return 1000000 + rng_below(1000000); }
+static uint64_t far_delay(void) { return 1000000 + bench_rng_below(1000000); }
 
 static double rearm_round(long m) {
-  rng_seed();
-  int64_t t0 = cpu_now();
+  bench_rng_seed();
+  int64_t t0 = bench_cpu_now();
   for (long k = 0; k < m; k++)
-    check(uv_timer_start(&live[rng_below(LIVE)], never, far_delay(), 0),
+    check(uv_timer_start(&live[bench_rng_below(LIVE)], never, far_delay(), 0),
           "uv_timer_start");
-  int64_t t1 = cpu_now();
+  int64_t t1 = bench_cpu_now();
   return (double)(t1 - t0) / (double)m;
 }
 
 static void rearm_all(uv_timer_t *kick) {
   (void)kick;
   static bench_series s = {.name = "timers_libuv_rearm"};
-  rng_seed();
+  bench_rng_seed();
   for (long i = 0; i < LIVE; i++)
     check(uv_timer_start(&live[i], never, far_delay(), 0), "uv_timer_start");
   rearm_round(opts->iters); /* warm-up */

@@ -18,8 +18,7 @@
  * N (-n) is both the timers of arm_fire and the re-arms M of a rearm round
  * (1,000,000); L is 100,000. peer_timers_ev.c and peer_timers_uv.c do the
  * same with libev and libuv: the same workloads, the same random numbers
- * (the generator and the clock are a few lines, copied into each program),
- * the same output.
+ * (bench_rng_below), the same clock (bench_cpu_now), the same output.
  *
  * The clock is CPU time, as bench.h explains, but of the process
  * (CLOCK_PROCESS_CPUTIME_ID), not the thread: were a library to do timer
@@ -46,24 +45,6 @@
 
 #define LIVE 100000 /* timers armed during the rearm rounds */
 
-/* CPU time of the process, in ns (see above for why not bench_now). */
-static int64_t cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* xorshift64 (Marsaglia), fixed seed: every program draws the same numbers
- * in the same order. Not a good generator, a fast and reproducible one. */
-static uint64_t rng;
-static void rng_seed(void) { rng = 0x9e3779b97f4a7c15ULL; }
-static uint32_t rng_below(uint32_t n) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (uint32_t)((rng >> 32) % n);
-}
-
 /* ---- arm and fire ------------------------------------------------------ */
 
 static struct {
@@ -75,15 +56,15 @@ static struct {
 static void on_fire(void *arg) {
   (void)arg;
   if (++af.fired == af.n)
-    af.t1 = cpu_now();
+    af.t1 = bench_cpu_now();
 }
 
 static void arm_all(void *arg) {
   (void)arg;
-  rng_seed();
-  af.t0 = cpu_now();
+  bench_rng_seed();
+  af.t0 = bench_cpu_now();
   for (long i = 0; i < af.n; i++)
-    if (!weft_call_later(WEFT_MS(rng_below(1000)), on_fire, NULL)) {
+    if (!weft_call_later(WEFT_MS(bench_rng_below(1000)), on_fire, NULL)) {
       perror("timers: weft_call_later");
       exit(1);
     }
@@ -119,7 +100,7 @@ static void never(void *arg) {
 /* 1000 s, plus up to 1000 s more in whole milliseconds: far enough never to
  * fire, spread enough that few deadlines tie. */
 static int64_t far_delay(void) {
-  return WEFT_SEC(1000) + WEFT_MS(rng_below(1000000));
+  return WEFT_SEC(1000) + WEFT_MS(bench_rng_below(1000000));
 }
 
 static void arm(long i) {
@@ -134,10 +115,10 @@ static void arm(long i) {
  * and libuv's uv_timer_start on an active timer: one sift) or, if
  * `cancel_arm`, with a cancel and a new timer (two); ns per re-arm. */
 static double rearm_round(long m, int cancel_arm) {
-  rng_seed();
-  int64_t t0 = cpu_now();
+  bench_rng_seed();
+  int64_t t0 = bench_cpu_now();
   for (long k = 0; k < m; k++) {
-    uint32_t i = rng_below(LIVE);
+    uint32_t i = bench_rng_below(LIVE);
     if (!cancel_arm) {
       if (weft_timer_rearm(live[i], far_delay()) != 0) {
         fprintf(stderr, "timers: weft_timer_rearm failed\n");
@@ -151,7 +132,7 @@ static double rearm_round(long m, int cancel_arm) {
     }
     arm(i);
   }
-  int64_t t1 = cpu_now();
+  int64_t t1 = bench_cpu_now();
   return (double)(t1 - t0) / (double)m;
 }
 
@@ -161,7 +142,7 @@ static void rearm_all(void *arg) {
   (void)arg;
   static bench_series s = {.name = "timers_weft_rearm"};
   static bench_series c = {.name = "timers_weft_cancel_arm"};
-  rng_seed();
+  bench_rng_seed();
   for (long i = 0; i < LIVE; i++)
     arm(i);
   rearm_round(opts->iters, 0); /* warm-up */

@@ -20,6 +20,7 @@
 #include "weft.h"
 
 #include "check.h"
+#include "loop_check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,14 +35,6 @@
 
 #define P(x) ((void *)(intptr_t)(x))
 #define I(p) ((intptr_t)(p))
-
-static void run(void *(*fn)(void *), void *arg) {
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(fn, arg));
-  CHECK_EQ(weft_loop_run(loop), 0);
-  weft_loop_free(loop);
-}
 
 /* ---- a reader waits for a writer -------------------------------------- */
 #define BIG (4 << 20)
@@ -103,7 +96,7 @@ static void *reader_main(void *arg) {
   return NULL;
 }
 
-static void test_reader_writer(void) { run(reader_main, NULL); }
+static void test_reader_writer(void) { check_run(reader_main, NULL); }
 
 /* ---- weft_wait_fd ----------------------------------------------------- */
 static void *wait_main(void *arg) {
@@ -131,7 +124,7 @@ static void *wait_main(void *arg) {
   return NULL;
 }
 
-static void test_wait_fd(void) { run(wait_main, NULL); }
+static void test_wait_fd(void) { check_run(wait_main, NULL); }
 
 /* ---- close wakes the waiters ------------------------------------------ */
 static int waiting;
@@ -186,7 +179,7 @@ static void *close_main(void *arg) {
   return NULL;
 }
 
-static void test_close_wakes(void) { run(close_main, NULL); }
+static void test_close_wakes(void) { check_run(close_main, NULL); }
 
 /* ---- cancellation ----------------------------------------------------- */
 static void *cancel_main(void *arg) {
@@ -221,7 +214,7 @@ static void *cancel_main(void *arg) {
   return NULL;
 }
 
-static void test_cancel(void) { run(cancel_main, NULL); }
+static void test_cancel(void) { check_run(cancel_main, NULL); }
 
 /* ---- EPIPE, not SIGPIPE ----------------------------------------------- */
 static void *epipe_main(void *arg) {
@@ -245,7 +238,7 @@ static void test_epipe(void) {
   sigset_t before, after, pending;
   CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &before), 0);
   CHECK(!sigismember(&before, SIGPIPE));
-  run(epipe_main, NULL); /* a SIGPIPE would have killed us here */
+  check_run(epipe_main, NULL); /* a SIGPIPE would have killed us here */
   CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &after), 0);
   CHECK(!sigismember(&after, SIGPIPE));
   CHECK_EQ(sigpending(&pending), 0);
@@ -279,7 +272,7 @@ static void *misc_main(void *arg) {
   return NULL;
 }
 
-static void test_misc(void) { run(misc_main, NULL); }
+static void test_misc(void) { check_run(misc_main, NULL); }
 
 static volatile sig_atomic_t alarms;
 static void on_alarm(int sig) {
@@ -306,7 +299,7 @@ static void test_signals(void) {
   CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
   struct itimerval it = {{0, 1000}, {0, 1000}};
   CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
-  run(signal_main, NULL);
+  check_run(signal_main, NULL);
   struct itimerval off = {{0, 0}, {0, 0}};
   CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
   signal(SIGALRM, SIG_IGN); /* one may still be pending (valgrind) */

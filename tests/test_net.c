@@ -13,6 +13,7 @@
 #include "weft.h"
 
 #include "check.h"
+#include "loop_check.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,14 +28,6 @@
 
 #define P(x) ((void *)(intptr_t)(x))
 #define I(p) ((intptr_t)(p))
-
-static void run(void *(*fn)(void *), void *arg) {
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(fn, arg));
-  CHECK_EQ(weft_loop_run(loop), 0);
-  weft_loop_free(loop);
-}
 
 /* Answers every chunk on fd with the same bytes until end of file. */
 static void *echo_conn(void *arg) {
@@ -104,9 +97,9 @@ static int have_ipv6(void) {
 }
 
 static void test_tcp(void) {
-  run(tcp_client, "127.0.0.1");
+  check_run(tcp_client, "127.0.0.1");
   if (have_ipv6())
-    run(tcp_client, "::1");
+    check_run(tcp_client, "::1");
   else
     printf("no IPv6 loopback here: the ::1 case is skipped\n");
 }
@@ -153,7 +146,7 @@ static void *many_main(void *arg) {
   return NULL;
 }
 
-static void test_many(void) { run(many_main, NULL); }
+static void test_many(void) { check_run(many_main, NULL); }
 
 /* ---- errors ----------------------------------------------------------- */
 static void *errors_main(void *arg) {
@@ -181,7 +174,7 @@ static void *errors_main(void *arg) {
   return NULL;
 }
 
-static void test_errors(void) { run(errors_main, NULL); }
+static void test_errors(void) { check_run(errors_main, NULL); }
 
 /* ---- Unix stream sockets ---------------------------------------------- */
 static char upath[64];
@@ -213,7 +206,7 @@ static void *unix_main(void *arg) {
   return NULL;
 }
 
-static void test_unix(void) { run(unix_main, NULL); }
+static void test_unix(void) { check_run(unix_main, NULL); }
 
 /* ---- UDP -------------------------------------------------------------- */
 static void *udp_echo(void *arg) {
@@ -255,7 +248,7 @@ static void *udp_main(void *arg) {
   return NULL;
 }
 
-static void test_udp(void) { run(udp_main, NULL); }
+static void test_udp(void) { check_run(udp_main, NULL); }
 
 /* ---- a cancelled accept takes nothing --------------------------------- */
 static void *accept_once(void *arg) {
@@ -283,7 +276,7 @@ static void *cancel_accept_main(void *arg) {
 static void test_cancel_accept(void) {
   int lfd = weft_tcp_listen("127.0.0.1", 0, 0); /* no loop yet */
   CHECK_GE(lfd, 0);
-  run(cancel_accept_main, P(lfd));
+  check_run(cancel_accept_main, P(lfd));
   CHECK_EQ(weft_close(lfd), 0);
 }
 

@@ -16,6 +16,7 @@
 #include "weft.h"
 
 #include "check.h"
+#include "loop_check.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -28,14 +29,6 @@
 
 #define P(x) ((void *)(intptr_t)(x))
 #define I(p) ((intptr_t)(p))
-
-static void run(void *(*fn)(void *), void *arg) {
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(fn, arg));
-  CHECK_EQ(weft_loop_run(loop), 0);
-  weft_loop_free(loop);
-}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next_rand(void) {
@@ -94,16 +87,16 @@ static void *feeder(void *arg) {
   return NULL;
 }
 
-typedef struct check_run {
+typedef struct split_run {
   const char *in;
   size_t n;
   const size_t *cuts;
   size_t ncuts;
   size_t cap, max;
-} check_run;
+} split_run;
 
 static void *reader_main(void *arg) {
-  check_run *r = arg;
+  split_run *r = arg;
   int sv[2]; /* a pipe: FIONREAD on its write end tells what is unread */
   CHECK_EQ(pipe(sv), 0);
   feed f = {sv[1], r->in, r->cuts, r->ncuts};
@@ -140,8 +133,8 @@ static void *reader_main(void *arg) {
 
 static void check_split(const char *in, size_t n, const size_t *cuts,
                         size_t ncuts, size_t cap, size_t max) {
-  check_run r = {in, n, cuts, ncuts, cap, max};
-  run(reader_main, &r);
+  split_run r = {in, n, cuts, ncuts, cap, max};
+  check_run(reader_main, &r);
 }
 
 /* Every way of cutting a short input into chunks: 2^(n-1) of them. */
@@ -258,7 +251,7 @@ static void *records_main(void *arg) {
   return NULL;
 }
 
-static void test_records(void) { run(records_main, NULL); }
+static void test_records(void) { check_run(records_main, NULL); }
 
 static void *short_exact_main(void *arg) {
   (void)arg;
@@ -279,7 +272,7 @@ static void *short_exact_main(void *arg) {
   return NULL;
 }
 
-static void test_short_exact(void) { run(short_exact_main, NULL); }
+static void test_short_exact(void) { check_run(short_exact_main, NULL); }
 
 /* ---- cancelled midway: nothing consumed -------------------------------- */
 static weft_stream *cs;
@@ -323,7 +316,7 @@ static void *cancel_main(void *arg) {
   return NULL;
 }
 
-static void test_cancel(void) { run(cancel_main, NULL); }
+static void test_cancel(void) { check_run(cancel_main, NULL); }
 
 /* ---- writing ---------------------------------------------------------- */
 /* write(2)-like calls this process made (syscw of /proc/self/io), or -1. */
@@ -394,7 +387,7 @@ static void *write_main(void *arg) {
   return NULL;
 }
 
-static void test_write(void) { run(write_main, NULL); }
+static void test_write(void) { check_run(write_main, NULL); }
 
 static void *flush_error_main(void *arg) {
   (void)arg;
@@ -409,7 +402,7 @@ static void *flush_error_main(void *arg) {
   return NULL;
 }
 
-static void test_flush_error(void) { run(flush_error_main, NULL); }
+static void test_flush_error(void) { check_run(flush_error_main, NULL); }
 
 static void *misuse_main(void *arg) {
   (void)arg;
@@ -434,7 +427,7 @@ static void *misuse_main(void *arg) {
   return NULL;
 }
 
-static void test_misuse(void) { run(misuse_main, NULL); }
+static void test_misuse(void) { check_run(misuse_main, NULL); }
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
