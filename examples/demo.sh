@@ -17,6 +17,10 @@ run countdown  "seed 000's TaskScheduler: three tasks taking turns"
 run generators "seed 000's generators: send, throw, close, yield from"
 run sleepers   "seed 003's countdown(5) and countup(20) on the timer heap, 10x faster" \
                --scale 0.1
+run tornado_style "seed 002's tornado coroutines: futures, weft_async, a sleep future, 10x faster" \
+               --scale 0.1
+run cancel     "seed 003's stalled_read cancelled by timeout_after, 10x faster" \
+               --scale 0.1
 run echo_demo  "seed 000's echo server and a client, two tasks of one program"
 printf '\n(examples/echo_server and examples/echo_raw are the servers themselves:\n'
 printf ' run one and talk to it with `nc 127.0.0.1 16000` or `nc 127.0.0.1 30000`.)\n'

@@ -294,6 +294,23 @@ int64_t weft_loop_now(void);
 /* The name of the backend the loop uses: "epoll", "poll". */
 const char *weft_loop_backend(const weft_loop *loop);
 
+/* Keep-alive references. A loop whose tasks all wait on one another ends
+ * (see weft_main); code that expects a wake-up from another thread (a
+ * weft_call_soon_threadsafe that will complete a future) takes a reference
+ * first, and the loop then waits for it instead. Both may be called from
+ * any thread; an unref that drops the last reference wakes the loop.
+ * NULL is ignored. */
+void weft_loop_ref(weft_loop *loop);
+void weft_loop_unref(weft_loop *loop);
+
+/* Runs cb(arg) on `loop`, from the loop itself, at its next turn: the one
+ * weft call that may be made from any thread (another loop's, a worker's,
+ * a signal-free plain thread's). Callbacks from one thread run in the order
+ * they were queued. A loop waiting in the backend is woken; many calls
+ * between two turns cost one wake-up. Returns 0; -EINVAL if loop or cb is
+ * NULL; -ENOMEM. */
+int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
+
 /* ------------------------------------------------------------------------ */
 /* I/O                                                                       */
 /*
@@ -432,6 +449,151 @@ int weft_stream_fd(const weft_stream *s);
 /* Flushes, closes the fd and frees the stream (all of them, even if the
  * flush fails). Returns 0 or the first error. NULL is ignored. */
 int weft_stream_close(weft_stream *s);
+
+/* ------------------------------------------------------------------------ */
+/* Futures                                                                   */
+/*
+ * A future is a value that will be set once: a result (a pointer), an
+ * error (an errno value), or a cancellation. Tasks wait for it with
+ * weft_await; callbacks run once it is done. A future belongs to the loop
+ * that made it and is used from that loop's thread only; from another
+ * thread, complete it inside a weft_call_soon_threadsafe callback.
+ * Futures are reference counted: whoever holds a pointer holds a reference.
+ */
+
+typedef struct weft_future weft_future;
+
+/* A pending future of the current loop; the caller holds one reference.
+ * NULL and errno: ENOMEM, EINVAL (no loop). */
+weft_future *weft_future_new(void);
+
+/* Adds a reference and returns f. */
+weft_future *weft_future_ref(weft_future *f);
+
+/* Drops a reference; the last one frees f. A pending future freed this way
+ * never completes: its callbacks never run. (A task waiting in weft_await
+ * holds its own reference, so it is never left waiting on freed memory.)
+ * NULL is ignored. */
+void weft_future_release(weft_future *f);
+
+/* Completes f with a value, or with an error (`err` a positive errno
+ * value). Wakes every task waiting on it, and queues its callbacks (they
+ * run from the loop later, never inside this call). Returns 0; -EINVAL if f
+ * is NULL or already done (the first outcome stands), or err <= 0. */
+int weft_future_set_result(weft_future *f, void *value);
+int weft_future_set_error(weft_future *f, int err);
+
+/* Completes f as cancelled: its waiters get -ECANCELED. A future made by
+ * weft_async also cancels its task. Returns 1 if it cancelled f, 0 if f
+ * was already done, -EINVAL if f is NULL. */
+int weft_future_cancel(weft_future *f);
+
+/* True once f has a result, an error or was cancelled. */
+bool weft_future_done(const weft_future *f);
+
+/* The outcome of a done future, without waiting: 0 and *value (if value is
+ * non-NULL), the negative error it was set with, -ECANCELED; -EAGAIN if f
+ * is still pending; -EINVAL if f is NULL. */
+int weft_future_result(const weft_future *f, void **value);
+
+/* Calls cb(f, arg) from the loop once f is done, after the callbacks added
+ * before it. If f is already done, cb is queued at once (weft_call_soon):
+ * it never runs inside this call. Returns 0; -EINVAL; -ENOMEM. */
+int weft_future_add_done_callback(weft_future *f,
+                                  void (*cb)(weft_future *f, void *arg),
+                                  void *arg);
+
+/* Suspends the calling task until f is done; returns what
+ * weft_future_result would then (0 with *value, -err, -ECANCELED). A done
+ * future returns at once (it is still a cancellation point). Any number of
+ * tasks may wait on one future. If the caller is cancelled, or a scope's
+ * deadline passes, it returns -ECANCELED or -ETIMEDOUT and f is left as it
+ * was. -EINVAL if f is NULL or the caller is not a task of f's loop. */
+int weft_await(weft_future *f, void **value);
+
+/* Runs fn(arg) as a task and returns a future of its return value that the
+ * caller holds one reference to (tornado's @coroutine: `ret = yield
+ * routine()` is weft_await(weft_async(routine, arg), &ret)). Cancelling the
+ * future cancels the task. NULL and errno: ENOMEM, EINVAL. */
+weft_future *weft_async(void *(*fn)(void *), void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Cancel scopes and deadlines                                               */
+/*
+ * A scope is a region of a task's code with a deadline, or that can be
+ * cancelled as a whole (trio's cancel scopes). Inside a scope whose
+ * deadline has passed, every blocking call returns -ETIMEDOUT; inside one
+ * that was cancelled, -ECANCELED (weft_cancel on the task acts as an
+ * outermost scope). When both apply, -ECANCELED wins. Scopes nest: the
+ * effective deadline is the earliest one around the call. A shielded scope
+ * stops what happens outside it from reaching the calls inside (cleanup
+ * code that must run to the end); its own deadline still applies.
+ *
+ * The struct lives on the caller's stack, between weft_scope_enter and
+ * weft_scope_exit, which must pair up in the same task, innermost first.
+ * Its fields are private.
+ */
+typedef struct weft_scope {
+  struct weft_scope *priv_outer;
+  weft_task *priv_task;
+  void *priv_timer;
+  int64_t priv_deadline;
+  unsigned priv_flags;
+} weft_scope;
+
+/* Enters s in the calling task, with an absolute deadline on the weft_now()
+ * clock (WEFT_NEVER: none). Outside a task, s is marked unusable and
+ * weft_scope_exit returns -EINVAL. Costs no system call and, until a
+ * blocking call inside would outlast the deadline, no timer. */
+void weft_scope_enter(weft_scope *s, int64_t deadline);
+
+/* Leaves s. Returns -ETIMEDOUT if its deadline was reached by a blocking
+ * call inside it, -ECANCELED if it was cancelled, else 0. Only s's own
+ * expiry or cancellation is reported (and absorbed): an outer scope's, or
+ * the task's, stays in force for the code after it. -EINVAL if s is not
+ * the calling task's innermost scope (nothing changes then). */
+int weft_scope_exit(weft_scope *s);
+
+/* Cancels s (from its task or any other of the loop): the blocking call in
+ * progress inside it returns -ECANCELED at once, and so does every later
+ * one until s exits. s must be entered. */
+void weft_scope_cancel(weft_scope *s);
+
+/* Turns shielding of s on or off. */
+void weft_scope_shield(weft_scope *s, bool on);
+
+/* ------------------------------------------------------------------------ */
+/* Task groups                                                               */
+/*
+ * Structured concurrency: a group owns the tasks spawned into it, and
+ * weft_group_wait returns only when every one of them has finished.
+ */
+typedef struct weft_group weft_group;
+
+/* A new, empty group on the current loop. NULL and errno: ENOMEM, EINVAL
+ * (no loop). */
+weft_group *weft_group_new(void);
+
+/* Spawns fn(arg) into g, as weft_spawn would (the same errors). The group
+ * owns the task: do not join or detach it; its return value is dropped.
+ * The handle may be used with weft_cancel, weft_task_id, ... until the task
+ * ends. A child spawned into a cancelled group starts cancelled. */
+weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg);
+
+/* Waits until every child of g has finished. Returns 0; -ECANCELED or
+ * -ETIMEDOUT if the caller was cancelled or a scope's deadline passed, in
+ * which case the children were cancelled and waited for all the same: no
+ * child outlives its group's wait. -EINVAL if g is NULL or the caller is
+ * not a task of g's loop. */
+int weft_group_wait(weft_group *g);
+
+/* Cancels every child of g still running, and those spawned into it
+ * later. NULL is ignored. */
+void weft_group_cancel(weft_group *g);
+
+/* Frees g. Children still running are cancelled; the group's memory goes
+ * when the last of them ends. NULL is ignored. */
+void weft_group_free(weft_group *g);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -61,6 +61,7 @@ typedef struct weft__waiter {
 #define FD_UNPOLLABLE 16u /* a regular file: calls never wait */
 #define FD_SOCKET     32u /* a socket: write() becomes send(MSG_NOSIGNAL) */
 #define FD_HUP        64u /* hang-up or error seen: a short read drains nothing */
+#define FD_WAKE       128u /* the loop's own wake-up eventfd (loop.c) */
 
 /* With WEFT_READ / WEFT_WRITE in weft__fd_event's events: the backend saw a
  * hang-up or an error, which stays pending after a short read. */

@@ -39,6 +39,25 @@ enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
  * the task and the argument given to weft__park, before the task wakes. */
 typedef void (*weft__undo_fn)(weft_task *t, void *arg);
 
+/* What a parked task waits on, for weft_dump; the park's `detail` says
+ * which one (an fd number, a deadline, an address, a task id). */
+enum {
+  WAIT_NONE,
+  WAIT_FD_READ,  /* detail: the fd */
+  WAIT_FD_WRITE, /* detail: the fd */
+  WAIT_TIMER,    /* detail: the deadline */
+  WAIT_FUTURE,   /* detail: the future's address */
+  WAIT_JOIN,     /* detail: the joined task's id */
+  WAIT_GROUP,    /* detail: the group's address */
+  WAIT_OTHER,    /* detail: an address */
+};
+
+/* Scope flags (weft_scope.priv_flags). */
+#define SCOPE_ENTERED   1u /* between enter and exit */
+#define SCOPE_CANCELLED 2u /* weft_scope_cancel was called */
+#define SCOPE_EXPIRED   4u /* a blocking call inside met the deadline */
+#define SCOPE_SHIELD    8u /* outer cancellation does not reach inside */
+
 struct weft_task {
   weft__ctx ctx;         /* where the task is suspended */
   weft__stack *stack;    /* its stack; NULL once finished */
@@ -51,16 +70,23 @@ struct weft_task {
   weft_task *next_ready; /* link in the loop's ready queue */
   weft_task *prev_live;  /* links in the loop's list of live tasks */
   weft_task *next_live;
-  weft_task *joiner;    /* the task waiting in weft_join, if any */
-  const char *waits_on; /* what it is parked on, for weft_dump */
+  weft_task *joiner;  /* the task waiting in weft_join, if any */
+  weft_scope *scope;  /* its innermost cancel scope, or NULL */
+  int64_t waits_detail; /* what it is parked on (WAIT_*), for weft_dump */
   weft__undo_fn undo;   /* takes it off that on cancellation */
   void *undo_arg;
+  /* Called as the task ends, after fn returned (groups use it). */
+  void (*on_exit)(weft_task *t, void *arg);
+  void *on_exit_arg;
+  weft_task *sib_prev; /* links among the children of its group */
+  weft_task *sib_next;
   weft_gen *gen;      /* the generator running inside it, if any */
   int wake_rc;        /* what weft__park returns */
   int saved_errno;    /* errno while switched out */
   uint16_t gen_count; /* handle generation: bumped on each recycle */
   uint8_t state;      /* TASK_* */
   uint8_t flags;      /* TASK_DETACHED | ... */
+  uint8_t waits_on;   /* WAIT_* while parked */
 };
 
 /* Records come from slabs owned by the loop, so spawn allocates nothing in
@@ -116,9 +142,26 @@ struct weft_loop {
   uint32_t timer_free;  /* first free record id + 1 (0: none) */
   uint32_t timer_frees; /* records freed since the free list was sorted */
 
-  /* Callbacks: a ring of pending weft_call_soon (timer.c). */
+  /* Callbacks: a ring of pending weft_call_soon (timer.c); cb_reserved
+   * slots of it are kept free for futures that will complete. */
   weft__callback *cbs;
-  size_t cb_head, cb_len, cb_cap;
+  size_t cb_head, cb_len, cb_cap, cb_reserved;
+
+  /* From other threads (loop.c): weft_call_soon_threadsafe's queue, taken
+   * whole at the start of a turn, and the eventfd that wakes the backend.
+   * ts_pending is read without the lock: nonzero once something is queued. */
+  pthread_mutex_t ts_lock;
+  weft__callback *ts_q, *ts_run; /* queued; being run (swapped) */
+  size_t ts_len, ts_cap, ts_run_cap;
+  int ts_pending;   /* atomic: ts_len != 0 */
+  int ts_signalled; /* the eventfd was written since the last take */
+  int wake_fd;      /* read end of the wake-up (eventfd), in fds[] */
+  int wake_wfd;     /* its write end (the same fd for an eventfd) */
+  int refs;         /* atomic: weft_loop_ref minus weft_loop_unref */
+
+  /* Futures (future.c): freed records kept for reuse. */
+  struct weft_future *future_cache;
+  size_t future_cached;
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
@@ -141,7 +184,7 @@ extern WEFT__TLS weft_loop *weft__loop_running;
  * takes it off what it waited on and park returns -ECANCELED; if it was
  * cancelled before, park returns -ECANCELED at once without suspending.
  * Must be called from a task. */
-int weft__park(const char *what, weft__undo_fn undo, void *arg);
+int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg);
 
 /* Makes a parked task ready with park's return value `rc`. No effect on a
  * task that is not parked. */
@@ -176,15 +219,61 @@ static inline weft_task *weft__running_task(void) {
   return loop ? loop->current : NULL;
 }
 
-/* 0, or -ECANCELED if the running task has been cancelled: the check every
- * blocking call makes first, even when it could complete at once. -EINVAL
- * outside a task. */
+/* What a blocking call of t must return now because of cancellation:
+ * 0, -ECANCELED or -ETIMEDOUT (scope.c). */
+int weft__cancel_status(weft_task *t);
+
+/* 0, or -ECANCELED / -ETIMEDOUT if the running task has been cancelled or
+ * is inside a scope past its deadline: the check every blocking call makes
+ * first, even when it could complete at once. -EINVAL outside a task. */
 static inline int weft__checkpoint(void) {
   weft_task *t = weft__running_task();
   if (!t)
     return -EINVAL;
-  return (t->flags & TASK_CANCELLED) ? -ECANCELED : 0;
+  if (__builtin_expect(!(t->flags & TASK_CANCELLED) && !t->scope, 1))
+    return 0;
+  return weft__cancel_status(t);
 }
+
+/* The task is about to park: arms the timer of the earliest deadline among
+ * its scopes in effect, if it has none yet (scope.c). 0 or -ENOMEM. */
+int weft__deadline_arm(weft_task *t);
+
+/* Something about t's cancellation changed (weft_cancel, a scope cancelled,
+ * expired or unshielded): if t is parked and must now stop, wake it with
+ * the status; if it is parked and still waits, make sure the earliest
+ * deadline has its timer (scope.c, task.c). */
+void weft__cancel_recheck(weft_task *t);
+
+/* The record behind a task handle, NULL if stale; cancelling a record
+ * (task.c). */
+weft_task *weft__task_record(const weft_task *h);
+void weft__task_cancel(weft_task *t);
+
+/* Wakes parked t with rc after undoing its wait (task.c). */
+void weft__cancel_parked_task(weft_task *t, int rc);
+
+/* Timers for the layers above (timer.c): arm a callback at an absolute
+ * deadline (NULL: no memory), and disarm one that has not fired. */
+weft__timer_rec *weft__timer_arm(weft_loop *loop, int64_t deadline,
+                                 void (*cb)(void *), void *arg);
+void weft__timer_disarm(weft__timer_rec *r);
+
+/* Callback slots kept for futures (timer.c): reserve makes sure a later
+ * weft__call_soon_reserved cannot fail (0 or -ENOMEM); unreserve gives a
+ * reservation back unused. */
+int weft__call_soon_reserve(weft_loop *loop);
+void weft__call_soon_unreserve(weft_loop *loop);
+void weft__call_soon_reserved(weft_loop *loop, void (*cb)(void *), void *arg);
+
+/* Runs the callbacks other threads queued (loop.c). */
+void weft__threadsafe_run(weft_loop *loop);
+
+/* The eventfd that wakes the loop fired: drain it (loop.c). */
+void weft__wake_fd_drain(weft_loop *loop);
+
+/* Frees the future records the loop kept (future.c). */
+void weft__futures_free(weft_loop *loop);
 
 /* Timers and callbacks (timer.c). weft__timers_fire runs every timer due
  * at loop->now; weft__callbacks_run the callbacks queued before it was

@@ -183,8 +183,8 @@ static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
     }
   }
   loop->io_budget = WEFT__IO_BUDGET; /* it blocks: the count starts again */
-  int rc =
-      weft__park(events & WEFT_READ ? "fd read" : "fd write", undo_wait, &w);
+  int rc = weft__park(events & WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd,
+                      undo_wait, &w);
   if (rc < 0)
     return rc;
   *revents = w.revents;
@@ -195,6 +195,10 @@ void weft__fd_event(weft_loop *loop, int fd, int events) {
   if (fd < 0 || (size_t)fd >= loop->nfds)
     return;
   weft__fd *e = &loop->fds[fd];
+  if (__builtin_expect(e->flags & FD_WAKE, 0)) {
+    weft__wake_fd_drain(loop);
+    return;
+  }
   if (events & WEFT__HUP) {
     e->flags |= FD_HUP;
     events &= ~WEFT__HUP;

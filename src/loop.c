@@ -12,6 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/eventfd.h>
+#else
+#include <fcntl.h>
+#endif
 
 /* This thread's loops, newest first: the head is weft_loop_current(). */
 static WEFT__TLS weft_loop *thread_loops;
@@ -38,6 +44,121 @@ static const weft__backend *backend_named(const char *name) {
   return NULL;
 }
 
+/* ---- wake-ups from other threads --------------------------------------
+ * weft_call_soon_threadsafe appends to a queue under a short lock and, if
+ * the loop has not been signalled since it last took the queue, writes the
+ * eventfd the backend watches: one wake-up per batch, however many calls.
+ * The loop takes the whole queue at the start of a turn (swapping it with
+ * an empty array, so the callbacks run without the lock). */
+static int wake_open(weft_loop *loop) {
+#ifdef __linux__
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0)
+    return -errno;
+  loop->wake_fd = loop->wake_wfd = fd;
+#else
+  int p[2];
+  if (pipe(p) < 0)
+    return -errno;
+  for (int i = 0; i < 2; i++) {
+    fcntl(p[i], F_SETFD, FD_CLOEXEC);
+    fcntl(p[i], F_SETFL, O_NONBLOCK);
+  }
+  loop->wake_fd = p[0];
+  loop->wake_wfd = p[1];
+#endif
+  weft__fd *e = weft__fd_get(loop, loop->wake_fd);
+  if (!e)
+    return -ENOMEM;
+  e->flags = FD_KNOWN | FD_NONBLOCK | FD_WAKE;
+  e->wanted = WEFT_READ; /* for ever: no waiter list counts for it */
+  return loop->backend->watch(loop, loop->wake_fd, e);
+}
+
+static void wake_close(weft_loop *loop) {
+  if (loop->wake_wfd >= 0 && loop->wake_wfd != loop->wake_fd)
+    close(loop->wake_wfd);
+  if (loop->wake_fd >= 0)
+    close(loop->wake_fd);
+  loop->wake_fd = loop->wake_wfd = -1;
+}
+
+static void wake_write(weft_loop *loop) {
+  uint64_t one = 1;
+  ssize_t n;
+  do
+    n = write(loop->wake_wfd, &one, sizeof one);
+  while (n < 0 && errno == EINTR);
+  /* EAGAIN: the counter (or the pipe) is full, so the loop wakes anyway. */
+}
+
+void weft__wake_fd_drain(weft_loop *loop) {
+  uint64_t buf[8];
+  while (read(loop->wake_fd, buf, sizeof buf) > 0)
+    ;
+}
+
+static int on_loop_thread(const weft_loop *loop) {
+  return weft__loop_running == loop;
+}
+
+int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
+  if (!loop || !cb)
+    return -EINVAL;
+  pthread_mutex_lock(&loop->ts_lock);
+  if (loop->ts_len == loop->ts_cap) {
+    size_t cap = loop->ts_cap ? loop->ts_cap * 2 : 64;
+    weft__callback *v = weft__realloc(loop->ts_q, cap * sizeof *v);
+    if (!v) {
+      pthread_mutex_unlock(&loop->ts_lock);
+      return -ENOMEM;
+    }
+    loop->ts_q = v;
+    loop->ts_cap = cap;
+  }
+  loop->ts_q[loop->ts_len++] = (weft__callback){cb, arg};
+  __atomic_store_n(&loop->ts_pending, 1, __ATOMIC_RELEASE);
+  int signal = !loop->ts_signalled;
+  loop->ts_signalled = 1;
+  pthread_mutex_unlock(&loop->ts_lock);
+  /* The loop's own thread needs no wake-up: it looks at the queue before
+   * it next blocks. */
+  if (signal && !on_loop_thread(loop))
+    wake_write(loop);
+  return 0;
+}
+
+void weft__threadsafe_run(weft_loop *loop) {
+  pthread_mutex_lock(&loop->ts_lock);
+  weft__callback *run = loop->ts_q;
+  size_t n = loop->ts_len, cap = loop->ts_cap;
+  loop->ts_q = loop->ts_run;
+  loop->ts_cap = loop->ts_run_cap;
+  loop->ts_len = 0;
+  loop->ts_run = run;
+  loop->ts_run_cap = cap;
+  loop->ts_signalled = 0;
+  __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&loop->ts_lock);
+  for (size_t i = 0; i < n; i++)
+    run[i].cb(run[i].arg);
+}
+
+void weft_loop_ref(weft_loop *loop) {
+  if (loop)
+    __atomic_add_fetch(&loop->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void weft_loop_unref(weft_loop *loop) {
+  if (!loop)
+    return;
+  /* The last reference gone, a loop blocked for it must look again. */
+  if (__atomic_sub_fetch(&loop->refs, 1, __ATOMIC_ACQ_REL) == 0 &&
+      !on_loop_thread(loop))
+    wake_write(loop);
+}
+
+/* ---- loops ------------------------------------------------------------ */
 weft_loop *weft_loop_new(const weft_config *cfg) {
   const char *name =
       cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
@@ -54,12 +175,22 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   loop->spare_fd = -1;
   loop->io_budget = WEFT__IO_BUDGET;
   loop->backend = backend;
+  loop->wake_fd = loop->wake_wfd = -1;
   int rc = backend->init(loop);
   if (rc < 0) {
     weft__free(loop);
     errno = -rc;
     return NULL;
   }
+  if ((rc = wake_open(loop)) < 0) {
+    weft__fds_free(loop);
+    backend->fini(loop);
+    wake_close(loop);
+    weft__free(loop);
+    errno = -rc;
+    return NULL;
+  }
+  pthread_mutex_init(&loop->ts_lock, NULL);
   weft__overflow_init();
   loop->next_on_thread = thread_loops;
   thread_loops = loop;
@@ -86,8 +217,13 @@ void weft_loop_free(weft_loop *loop) {
   weft__tasks_free(loop);
   weft__stack_trim();
   weft__timers_free(loop);
+  weft__futures_free(loop);
   weft__fds_free(loop);
   loop->backend->fini(loop);
+  wake_close(loop);
+  pthread_mutex_destroy(&loop->ts_lock);
+  weft__free(loop->ts_q);
+  weft__free(loop->ts_run);
   weft__free(loop);
 }
 
@@ -164,6 +300,8 @@ int weft_loop_run(weft_loop *loop) {
   int rc = 0;
   for (;;) {
     loop->now = weft_now();
+    if (__atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE))
+      weft__threadsafe_run(loop);
     weft__timers_fire(loop);
     weft__callbacks_run(loop);
     if (loop->ready_head && !loop->stop)
@@ -175,15 +313,16 @@ int weft_loop_run(weft_loop *loop) {
     /* Re-read everything: the callbacks and tasks just run may have armed
      * timers, queued callbacks, woken tasks or closed fds. */
     int64_t timeout;
-    if (loop->ready_head || loop->cb_len) {
+    if (loop->ready_head || loop->cb_len ||
+        __atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE)) {
       if (loop->nwaiters == 0)
         continue; /* no fd to look at: skip the syscall */
       timeout = 0;
     } else if (loop->heap_len) {
       int64_t next = weft__timers_next(loop), now = weft_now();
       timeout = next <= now ? 0 : next == WEFT_NEVER ? -1 : next - now;
-    } else if (loop->nwaiters) {
-      timeout = -1;
+    } else if (loop->nwaiters || __atomic_load_n(&loop->refs, __ATOMIC_ACQUIRE)) {
+      timeout = -1; /* fd waits, or a reference held for another thread */
     } else if (loop->nlive == 0) {
       break; /* nothing is left */
     } else {

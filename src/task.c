@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 WEFT__TLS weft_loop *weft__loop_running;
@@ -198,6 +199,15 @@ static void task_entry(void *p) {
   weft__gen_running = NULL;
   errno = 0;
   t->result = t->fn(t->arg);
+  /* A scope still entered lives in a frame that is gone, and its timer
+   * would fire into it: a bug in the program, caught here. */
+  if (t->scope) {
+    fprintf(stderr, "weft: task %llu returned inside a scope (weft_scope_exit "
+            "missing)\n", (unsigned long long)t->id);
+    abort();
+  }
+  if (t->on_exit)
+    t->on_exit(t, t->on_exit_arg);
   /* The end: everything but the stack is settled here, so a joiner is
    * ready before the next task is picked. */
   t->state = TASK_DONE;
@@ -224,14 +234,26 @@ void weft__run_ready(weft_loop *loop) {
 }
 
 /* ---- parking ---------------------------------------------------------- */
-int weft__park(const char *what, weft__undo_fn undo, void *arg) {
+int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg) {
   weft_task *t = running_task();
   if (!t)
     return -EINVAL;
-  if (t->flags & TASK_CANCELLED)
-    return -ECANCELED;
+  if (t->flags & TASK_CANCELLED || t->scope) {
+    /* Cancelled already, or past a deadline: do not wait at all. Else a
+     * deadline around the call needs its timer now. Either way the caller
+     * has set up its wait, so the undo takes it down. */
+    int rc = weft__cancel_status(t);
+    if (rc == 0)
+      rc = weft__deadline_arm(t);
+    if (rc < 0) {
+      if (undo)
+        undo(t, arg);
+      return rc;
+    }
+  }
   t->state = TASK_WAITING;
-  t->waits_on = what;
+  t->waits_on = (uint8_t)what;
+  t->waits_detail = detail;
   t->undo = undo;
   t->undo_arg = arg;
   suspend(t);
@@ -242,23 +264,61 @@ void weft__wake(weft_task *t, int rc) {
   if (t->state != TASK_WAITING)
     return;
   t->wake_rc = rc;
-  t->waits_on = NULL;
+  t->waits_on = WAIT_NONE;
   t->undo = NULL;
   push_ready(t->loop, t);
 }
 
-static void cancel_parked_task(weft_task *t) {
+void weft__cancel_parked_task(weft_task *t, int rc) {
+  if (t->state != TASK_WAITING)
+    return;
   if (t->undo)
     t->undo(t, t->undo_arg);
-  weft__wake(t, -ECANCELED);
+  weft__wake(t, rc);
+}
+
+void weft__cancel_recheck(weft_task *t) {
+  if (t->state != TASK_WAITING)
+    return;
+  int rc = weft__cancel_status(t);
+  if (rc == 0)
+    rc = weft__deadline_arm(t);
+  if (rc < 0)
+    weft__cancel_parked_task(t, rc);
 }
 
 void weft__cancel_parked(weft_loop *loop) {
+  /* Nothing else could ever wake them: shields do not hold here. */
   for (weft_task *t = loop->live; t; t = t->next_live) {
     t->flags |= TASK_CANCELLED;
-    if (t->state == TASK_WAITING)
-      cancel_parked_task(t);
+    weft__cancel_parked_task(t, -ECANCELED);
   }
+}
+
+/* ---- sleeping --------------------------------------------------------- */
+static void wake_sleeper(void *arg) { weft__wake(arg, 0); }
+
+static void undo_sleep(weft_task *t, void *arg) {
+  (void)t;
+  weft__timer_disarm(arg);
+}
+
+int weft_sleep(int64_t delay) {
+  weft_task *t = running_task();
+  if (!t)
+    return -EINVAL;
+  if (delay <= 0)
+    return weft_yield();
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  weft_loop *loop = t->loop;
+  int64_t deadline =
+      delay > WEFT_NEVER - loop->now ? WEFT_NEVER : loop->now + delay;
+  weft__timer_rec *r = weft__timer_arm(loop, deadline, wake_sleeper, t);
+  if (!r)
+    return -ENOMEM;
+  return weft__park(WAIT_TIMER, deadline, undo_sleep, r);
 }
 
 void weft__tasks_free(weft_loop *loop) {
@@ -298,7 +358,12 @@ weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
   t->flags = 0;
   t->result = NULL;
   t->joiner = NULL;
-  t->waits_on = NULL;
+  t->scope = NULL;
+  t->waits_on = WAIT_NONE;
+  t->waits_detail = 0;
+  t->on_exit = NULL;
+  t->on_exit_arg = NULL;
+  t->sib_prev = t->sib_next = NULL;
   t->undo = NULL;
   t->undo_arg = NULL;
   t->gen = NULL;
@@ -360,7 +425,7 @@ int weft_join(weft_task *h, void **result) {
       return -EINVAL;
     t->flags |= TASK_JOINING;
     t->joiner = self;
-    int rc = weft__park("join", undo_join, t);
+    int rc = weft__park(WAIT_JOIN, (int64_t)t->id, undo_join, t);
     if (rc < 0) {
       /* Cancelled: park may have returned without parking (and so without
        * calling the undo), so take the claim back here as well. */
@@ -396,7 +461,14 @@ int weft_yield(void) {
     return -EINVAL;
   push_ready(t->loop, t);
   suspend(t);
-  return (t->flags & TASK_CANCELLED) ? -ECANCELED : 0;
+  return weft__checkpoint();
+}
+
+weft_task *weft__task_record(const weft_task *h) { return record_of(h); }
+
+void weft__task_cancel(weft_task *t) {
+  t->flags |= TASK_CANCELLED;
+  weft__cancel_recheck(t); /* a shield may keep it waiting */
 }
 
 int weft_cancel(weft_task *h) {
@@ -405,9 +477,7 @@ int weft_cancel(weft_task *h) {
   weft_task *t = record_of(h);
   if (!t || t->state == TASK_DONE)
     return -ESRCH; /* a stale handle names a task that ended */
-  t->flags |= TASK_CANCELLED;
-  if (t->state == TASK_WAITING)
-    cancel_parked_task(t);
+  weft__task_cancel(t);
   return 0;
 }
 
@@ -446,6 +516,34 @@ static size_t stack_used(const weft_task *t) {
   return sp < top && sp >= (uintptr_t)r->lo ? top - sp : 0;
 }
 
+/* What t waits on, in words: "fd 7 read", "timer in 12.5 ms", ... */
+static void describe_wait(const weft_task *t, char *buf, size_t len) {
+  long long d = (long long)t->waits_detail;
+  double ms = (double)(t->waits_detail - t->loop->now) / 1e6;
+  switch (t->waits_on) {
+  case WAIT_FD_READ: snprintf(buf, len, "fd %lld read", d); break;
+  case WAIT_FD_WRITE: snprintf(buf, len, "fd %lld write", d); break;
+  case WAIT_TIMER: snprintf(buf, len, "timer in %.1f ms", ms); break;
+  case WAIT_FUTURE: snprintf(buf, len, "future %#llx", d); break;
+  case WAIT_JOIN: snprintf(buf, len, "join of task %lld", d); break;
+  case WAIT_GROUP: snprintf(buf, len, "group %#llx", d); break;
+  case WAIT_OTHER: snprintf(buf, len, "%#llx", d); break;
+  default: snprintf(buf, len, "-"); break;
+  }
+  /* The deadline that would end the wait, if a scope has one. */
+  int64_t first = WEFT_NEVER;
+  for (const weft_scope *s = t->scope; s; s = s->priv_outer) {
+    if (s->priv_deadline < first)
+      first = s->priv_deadline;
+    if (s->priv_flags & SCOPE_SHIELD)
+      break;
+  }
+  size_t n = strlen(buf);
+  if (first != WEFT_NEVER && n < len)
+    snprintf(buf + n, len - n, ", deadline in %.1f ms",
+             (double)(first - t->loop->now) / 1e6);
+}
+
 void weft_dump(FILE *out) {
   weft_loop *loop =
       weft__loop_running ? weft__loop_running : weft_loop_current();
@@ -456,15 +554,15 @@ void weft_dump(FILE *out) {
     return;
   }
   fprintf(out, "weft: %zu task%s\n", loop->nlive, loop->nlive == 1 ? "" : "s");
-  fprintf(out, "%8s  %-8s %-12s %17s  %s\n", "id", "state", "waits on",
+  fprintf(out, "%8s  %-8s %-24s %17s  %s\n", "id", "state", "waits on",
           "stack used/size", "name");
   for (const weft_task *t = loop->live; t; t = t->next_live) {
-    char buf[32];
+    char buf[32], wait[96];
     snprintf(buf, sizeof buf, "%zu/%zu", stack_used(t),
              t->stack->region.nominal);
-    fprintf(out, "%8llu  %-8s %-12s %17s  %s%s\n", (unsigned long long)t->id,
-            state_name(t), t->waits_on ? t->waits_on : "-", buf,
-            t->name ? t->name : "-",
+    describe_wait(t, wait, sizeof wait);
+    fprintf(out, "%8llu  %-8s %-24s %17s  %s%s\n", (unsigned long long)t->id,
+            state_name(t), wait, buf, t->name ? t->name : "-",
             (t->flags & TASK_CANCELLED) ? " (cancelled)" : "");
   }
 }

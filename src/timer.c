@@ -346,30 +346,13 @@ void weft__timers_fire(weft_loop *loop) {
   }
 }
 
-/* ---- sleeping --------------------------------------------------------- */
-static void wake_sleeper(void *arg) { weft__wake(arg, 0); }
-
-static void undo_sleep(weft_task *t, void *arg) {
-  (void)t;
-  weft__timer_rec *r = arg;
-  disarm(r->loop, r);
+/* ---- for the layers above ------------------------------------------- */
+weft__timer_rec *weft__timer_arm(weft_loop *loop, int64_t deadline,
+                                 void (*cb)(void *), void *arg) {
+  return arm(loop, deadline, cb, arg);
 }
 
-int weft_sleep(int64_t delay) {
-  weft_task *t = weft__running_task();
-  if (!t)
-    return -EINVAL;
-  if (delay <= 0)
-    return weft_yield();
-  int rc = weft__checkpoint();
-  if (rc < 0)
-    return rc;
-  weft__timer_rec *r =
-      arm(t->loop, deadline_after(t->loop, delay), wake_sleeper, t);
-  if (!r)
-    return -ENOMEM;
-  return weft__park("sleep", undo_sleep, r);
-}
+void weft__timer_disarm(weft__timer_rec *r) { disarm(r->loop, r); }
 
 /* ---- callbacks -------------------------------------------------------- */
 static int cbs_grow(weft_loop *loop) {
@@ -391,12 +374,28 @@ int weft_call_soon(void (*cb)(void *), void *arg) {
   weft_loop *loop = weft_loop_current();
   if (!cb || !loop)
     return -EINVAL;
-  if (loop->cb_len == loop->cb_cap && cbs_grow(loop) < 0)
+  if (loop->cb_len + loop->cb_reserved == loop->cb_cap && cbs_grow(loop) < 0)
     return -ENOMEM;
   size_t tail = (loop->cb_head + loop->cb_len) % loop->cb_cap;
   loop->cbs[tail] = (weft__callback){cb, arg};
   loop->cb_len++;
   return 0;
+}
+
+int weft__call_soon_reserve(weft_loop *loop) {
+  if (loop->cb_len + loop->cb_reserved == loop->cb_cap && cbs_grow(loop) < 0)
+    return -ENOMEM;
+  loop->cb_reserved++;
+  return 0;
+}
+
+void weft__call_soon_unreserve(weft_loop *loop) { loop->cb_reserved--; }
+
+void weft__call_soon_reserved(weft_loop *loop, void (*cb)(void *), void *arg) {
+  loop->cb_reserved--;
+  size_t tail = (loop->cb_head + loop->cb_len) % loop->cb_cap;
+  loop->cbs[tail] = (weft__callback){cb, arg};
+  loop->cb_len++;
 }
 
 void weft__callbacks_run(weft_loop *loop) {
@@ -421,5 +420,5 @@ void weft__timers_free(weft_loop *loop) {
   loop->heap_mem = loop->heap = NULL;
   loop->heap_len = loop->heap_cap = 0;
   loop->cbs = NULL;
-  loop->cb_len = loop->cb_cap = loop->cb_head = 0;
+  loop->cb_len = loop->cb_cap = loop->cb_head = loop->cb_reserved = 0;
 }

@@ -1,0 +1,115 @@
+/*
+ * Layer 3, with tasks: cancellation and cancel scopes (trio's model).
+ *
+ * A task's scopes form a list on its own stack, innermost first
+ * (t->scope, then priv_outer), ending at the task itself, whose
+ * weft_cancel acts as the outermost scope. What a blocking call must
+ * return is read off that list, from the inside out, stopping at the
+ * first shielded scope:
+ *
+ *   call ── inner scope ── outer scope (shield) ─╳─ outer ── task
+ *             deadline        cancelled?            not looked at
+ *
+ * -ECANCELED if a scope (or the task) on the way was cancelled; else
+ * -ETIMEDOUT if one was past its deadline; else 0. The state is
+ * level-triggered: it holds for every call until the scope exits.
+ *
+ * Deadlines cost nothing until a task parks: entering a scope only records
+ * the deadline. When a task inside parks, the earliest deadline in effect
+ * gets a timer, which stays until it fires or its scope exits; the timer
+ * re-checks the parked task. A scope whose body never blocks never touches
+ * the timer heap.
+ */
+#include "internal.h"
+
+int weft__cancel_status(weft_task *t) {
+  int64_t now = t->loop->now;
+  int rc = 0;
+  for (weft_scope *s = t->scope; s; s = s->priv_outer) {
+    if (s->priv_flags & SCOPE_CANCELLED)
+      return -ECANCELED;
+    if (s->priv_deadline <= now) {
+      s->priv_flags |= SCOPE_EXPIRED;
+      rc = -ETIMEDOUT;
+    }
+    if (s->priv_flags & SCOPE_SHIELD)
+      return rc;
+  }
+  return (t->flags & TASK_CANCELLED) ? -ECANCELED : rc;
+}
+
+static void scope_expired(void *arg) {
+  weft_scope *s = arg;
+  s->priv_timer = NULL;
+  weft__cancel_recheck(s->priv_task);
+}
+
+int weft__deadline_arm(weft_task *t) {
+  weft_scope *first = NULL;
+  for (weft_scope *s = t->scope; s; s = s->priv_outer) {
+    if (s->priv_deadline != WEFT_NEVER &&
+        (!first || s->priv_deadline < first->priv_deadline))
+      first = s;
+    if (s->priv_flags & SCOPE_SHIELD)
+      break;
+  }
+  if (!first || first->priv_timer)
+    return 0;
+  first->priv_timer =
+      weft__timer_arm(t->loop, first->priv_deadline, scope_expired, first);
+  return first->priv_timer ? 0 : -ENOMEM;
+}
+
+void weft_scope_enter(weft_scope *s, int64_t deadline) {
+  weft_task *t = weft__running_task();
+  if (!s)
+    return;
+  s->priv_timer = NULL;
+  s->priv_deadline = deadline;
+  if (!t) {
+    s->priv_outer = NULL;
+    s->priv_task = NULL;
+    s->priv_flags = 0; /* not entered: exit says -EINVAL */
+    return;
+  }
+  s->priv_outer = t->scope;
+  s->priv_task = t;
+  s->priv_flags = SCOPE_ENTERED;
+  t->scope = s;
+}
+
+int weft_scope_exit(weft_scope *s) {
+  weft_task *t = weft__running_task();
+  if (!s || !t || !(s->priv_flags & SCOPE_ENTERED) || s->priv_task != t ||
+      t->scope != s)
+    return -EINVAL;
+  if (s->priv_timer) {
+    weft__timer_disarm(s->priv_timer);
+    s->priv_timer = NULL;
+  }
+  t->scope = s->priv_outer;
+  s->priv_flags &= ~SCOPE_ENTERED;
+  if (s->priv_flags & SCOPE_CANCELLED)
+    return -ECANCELED;
+  if (s->priv_flags & SCOPE_EXPIRED)
+    return -ETIMEDOUT;
+  return 0;
+}
+
+void weft_scope_cancel(weft_scope *s) {
+  if (!s || !(s->priv_flags & SCOPE_ENTERED))
+    return;
+  s->priv_flags |= SCOPE_CANCELLED;
+  weft__cancel_recheck(s->priv_task);
+}
+
+void weft_scope_shield(weft_scope *s, bool on) {
+  if (!s || !(s->priv_flags & SCOPE_ENTERED))
+    return;
+  if (on) {
+    s->priv_flags |= SCOPE_SHIELD;
+    return;
+  }
+  s->priv_flags &= ~SCOPE_SHIELD;
+  weft__cancel_recheck(s->priv_task); /* what it held back may apply now */
+}
