@@ -129,6 +129,7 @@ struct weft_loop {
   unsigned batch;            /* hand-offs left before the loop runs again */
   weft_task *batch_last;     /* the last task this turn runs (NULL: done) */
   int running;               /* inside weft_loop_run */
+  int *errno_at;             /* &errno of its thread (no call per switch) */
   int stop;                  /* weft_loop_stop was called */
 
   /* Time and timers (timer.c). */

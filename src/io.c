@@ -217,13 +217,14 @@ void weft__fd_event(weft_loop *loop, int fd, int events) {
 }
 
 /* ---- the readiness way of doing an operation -------------------------- */
-static int is_input(int kind) {
+static inline __attribute__((always_inline)) int is_input(int kind) {
   return kind == OP_READ || kind == OP_RECV || kind == OP_RECVFROM ||
          kind == OP_ACCEPT;
 }
 
-static ssize_t try_op(const weft__op *op, const weft__fd *e) {
-  switch (op->kind) {
+static inline __attribute__((always_inline)) ssize_t
+try_op(int kind, const weft__op *op, const weft__fd *e) {
+  switch (kind) {
   case OP_READ: return read(op->fd, op->buf, op->len);
   case OP_WRITE:
     /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
@@ -249,13 +250,14 @@ static ssize_t try_op(const weft__op *op, const weft__fd *e) {
 }
 
 /* A short transfer drained (or filled) the buffer: see the top. */
-static void note_short(weft__fd *e, const weft__op *op, ssize_t n) {
+static inline __attribute__((always_inline)) void
+note_short(int kind, weft__fd *e, const weft__op *op, ssize_t n) {
   if (n <= 0 || (size_t)n >= op->len || !(e->flags & FD_STREAM) ||
       (e->flags & FD_HUP) || (op->flags & MSG_PEEK))
     return;
-  if (op->kind == OP_READ || op->kind == OP_RECV)
+  if (kind == OP_READ || kind == OP_RECV)
     e->ready &= (uint8_t)~WEFT_READ;
-  else if (op->kind == OP_WRITE || op->kind == OP_SEND)
+  else if (kind == OP_WRITE || kind == OP_SEND)
     e->ready &= (uint8_t)~WEFT_WRITE;
 }
 
@@ -292,35 +294,41 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
  * polls and the other tasks run (the fairness that tokio's budget gives:
  * without it, a task that always finds data ready would run alone as long as
  * its peer keeps up). */
-static void spend_budget(weft_loop *loop) {
+static inline __attribute__((always_inline)) void spend_budget(weft_loop *loop) {
   if (--loop->io_budget == 0) {
     loop->io_budget = WEFT__IO_BUDGET;
     (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
   }
 }
 
-ssize_t weft__io_readiness(weft_loop *loop, weft__op *op) {
+/* Inlined into each public call with `kind` a constant (a local copy:
+ * op->kind would be reloaded after every call), so that the compiler drops
+ * the dispatch on it; weft__io_readiness is the same for the backend
+ * table. */
+static inline __attribute__((always_inline)) ssize_t
+readiness(weft_loop *loop, weft__op *op, const int kind) {
   spend_budget(loop);
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  weft__fd *e = entry(loop, op->fd, &rc);
+  const int fd = op->fd;
+  weft__fd *e = entry(loop, fd, &rc);
   if (!e)
     return rc;
-  if (op->kind == OP_CONNECT)
+  if (kind == OP_CONNECT)
     return do_connect(loop, op);
-  int dir = is_input(op->kind) ? WEFT_READ : WEFT_WRITE;
+  const int dir = is_input(kind) ? WEFT_READ : WEFT_WRITE;
   for (;;) {
-    e = &loop->fds[op->fd]; /* the table may have moved while parked */
+    e = &loop->fds[fd]; /* the table may have moved while parked */
     if (!(e->ready & dir) && !(e->flags & FD_UNPOLLABLE)) {
       int revents;
-      if ((rc = wait_on(loop, op->fd, dir, &revents)) < 0)
+      if ((rc = wait_on(loop, fd, dir, &revents)) < 0)
         return rc;
       continue;
     }
-    ssize_t n = try_op(op, e);
+    ssize_t n = try_op(kind, op, e);
     if (n >= 0) {
-      note_short(e, op, n);
+      note_short(kind, e, op, n);
       return n;
     }
     if (errno == EINTR)
@@ -331,28 +339,35 @@ ssize_t weft__io_readiness(weft_loop *loop, weft__op *op) {
   }
 }
 
+ssize_t weft__io_readiness(weft_loop *loop, weft__op *op) {
+  return readiness(loop, op, op->kind);
+}
+
 /* ---- the public calls ------------------------------------------------- */
-static ssize_t run_op(weft__op *op) {
+static inline __attribute__((always_inline)) ssize_t run_op(weft__op *op,
+                                                            const int kind) {
   weft_loop *loop = weft__loop_running;
-  if (!weft__running_task())
+  if (!loop || !loop->current)
     return -EINVAL;
+  if (__builtin_expect(loop->backend->io == weft__io_readiness, 1))
+    return readiness(loop, op, kind);
   return loop->backend->io(loop, op);
 }
 
 ssize_t weft_read(int fd, void *buf, size_t len) {
   weft__op op = {.kind = OP_READ, .fd = fd, .buf = buf, .len = len};
-  return run_op(&op);
+  return run_op(&op, OP_READ);
 }
 
 ssize_t weft_write(int fd, const void *buf, size_t len) {
   weft__op op = {.kind = OP_WRITE, .fd = fd, .buf = (void *)buf, .len = len};
-  return run_op(&op);
+  return run_op(&op, OP_WRITE);
 }
 
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
   weft__op op = {
       .kind = OP_RECV, .fd = fd, .buf = buf, .len = len, .flags = flags};
-  return run_op(&op);
+  return run_op(&op, OP_RECV);
 }
 
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags) {
@@ -361,7 +376,7 @@ ssize_t weft_send(int fd, const void *buf, size_t len, int flags) {
                  .buf = (void *)buf,
                  .len = len,
                  .flags = flags};
-  return run_op(&op);
+  return run_op(&op, OP_SEND);
 }
 
 ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
@@ -373,7 +388,7 @@ ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
                  .flags = flags,
                  .addr = addr,
                  .addrlen = addrlen};
-  return run_op(&op);
+  return run_op(&op, OP_RECVFROM);
 }
 
 ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
@@ -385,7 +400,7 @@ ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
                  .flags = flags,
                  .addr = (struct sockaddr *)addr,
                  .addrlen_in = addrlen};
-  return run_op(&op);
+  return run_op(&op, OP_SENDTO);
 }
 
 ssize_t weft_write_all(int fd, const void *buf, size_t len) {
@@ -407,7 +422,7 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen) {
                  .fd = fd,
                  .addr = (struct sockaddr *)addr,
                  .addrlen_in = addrlen};
-  return (int)run_op(&op);
+  return (int)run_op(&op, OP_CONNECT);
 }
 
 /* Out of fds at accept: drop the connection at the head of the queue with

@@ -295,6 +295,7 @@ int weft_loop_run(weft_loop *loop) {
   sigpipe_block(&pipe_guard);
   weft_gen *saved_gen = weft__gen_running;
   weft__loop_running = loop;
+  loop->errno_at = &errno;
   loop->running = 1;
   loop->stop = 0;
   int rc = 0;

@@ -183,12 +183,12 @@ static void suspend(weft_task *t) {
   weft_task *next = pick_next(loop);
   if (next == t)
     return; /* it yielded and is the only one ready: carry on */
-  t->saved_errno = errno;
+  t->saved_errno = *loop->errno_at;
   t->gen = weft__gen_running;
   weft__ctx_switch(&t->ctx, ctx_for(loop, next), next);
   arrived(loop);
   weft__gen_running = t->gen;
-  errno = t->saved_errno;
+  *loop->errno_at = t->saved_errno;
 }
 
 static void task_entry(void *p) {
