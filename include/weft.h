@@ -183,13 +183,15 @@ weft_task *weft_self(void);
 
 /* Lets every task that is ready run before the caller continues (it goes to
  * the back of the ready queue). Returns 0; -ECANCELED if the caller has been
- * cancelled (it still yields first); -EINVAL outside a task. */
+ * cancelled, -ETIMEDOUT if it is inside a scope past its deadline (it still
+ * yields first); -EINVAL outside a task. */
 int weft_yield(void);
 
 /* Cancels `t`: its current blocking call returns -ECANCELED at once, and so
- * does every later one until t finishes (level-triggered). A task cancelled
- * before it first ran sees -ECANCELED at its first blocking call. Returns 0,
- * -ESRCH if t has already finished, -EINVAL if t is NULL. */
+ * does every later one until t finishes (level-triggered), except inside a
+ * shielded scope (see Cancel scopes). A task cancelled before it first ran
+ * sees -ECANCELED at its first blocking call. Returns 0, -ESRCH if t has
+ * already finished, -EINVAL if t is NULL. */
 int weft_cancel(weft_task *t);
 
 /* The task's id (unique in the process, counting from 1) and name (NULL if
@@ -197,8 +199,10 @@ int weft_cancel(weft_task *t);
 uint64_t weft_task_id(const weft_task *t);
 const char *weft_task_name(const weft_task *t);
 
-/* Writes every task of the current loop to `out`, one line each: id, name,
- * state, what it waits on, stack used / stack size. */
+/* Writes every task of the current loop to `out`, one line each: id,
+ * state, what it waits on ("fd 7 read", "timer in 20.0 ms", "future 0x..",
+ * "join of task 3", "group 0x..", then the nearest scope deadline, if any),
+ * stack used / stack size, name. */
 void weft_dump(FILE *out);
 
 /* ------------------------------------------------------------------------ */
@@ -283,7 +287,8 @@ int weft_timer_rearm(weft_timer *t, int64_t delay);
 /* Suspends the calling task for `delay` ns (<= 0: it yields once),
  * measured, like every timer, from weft_loop_now(): the clock as read at
  * the start of this turn of the loop. Returns 0; -ECANCELED if the task was
- * cancelled; -EINVAL outside a task. */
+ * cancelled; -ETIMEDOUT if a scope's deadline came first; -EINVAL outside a
+ * task. */
 int weft_sleep(int64_t delay);
 
 /* The loop's clock: weft_now() as read at the start of the current turn of
@@ -317,7 +322,8 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
  * The calls below take the POSIX calls' arguments and suspend the calling
  * task, never the thread, until they can complete. They return what the
  * POSIX call returns, or a negative errno (never -1 and errno): -ECANCELED
- * when the task is cancelled, in which case the operation did not happen
+ * when the task is cancelled, or -ETIMEDOUT when a scope's deadline
+ * passes, in which case the operation did not happen
  * (a recv consumed nothing, a send sent nothing, an accept left the
  * connection queued). EINTR is retried inside. Sends never raise SIGPIPE
  * (MSG_NOSIGNAL): a vanished peer is -EPIPE.
