@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define P(x) ((void *)(intptr_t)(x))
 #define I(p) ((intptr_t)(p))
@@ -588,6 +589,89 @@ static void test_loops(void) {
 }
 
 /* ---- weft_dump ------------------------------------------------------- */
+static int dump_pipe[2];
+
+/* Parks in a read of dump_pipe inside a scope with a 10 s deadline. */
+static void *scoped_reader(void *arg) {
+  (void)arg;
+  weft_scope s;
+  char c;
+  weft_scope_enter(&s, weft_now() + WEFT_SEC(10));
+  CHECK_EQ(weft_read(dump_pipe[0], &c, 1), -ECANCELED);
+  CHECK_EQ(weft_scope_exit(&s), 0); /* cancelled from outside: not its own */
+  return NULL;
+}
+
+static void *future_waiter(void *arg) {
+  CHECK_EQ(weft_await(arg, NULL), -ECANCELED);
+  return NULL;
+}
+
+static void *sleep_until_stop(void *arg) {
+  while (!stop_flag)
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  return arg;
+}
+
+static void *group_waiter(void *arg) {
+  CHECK_EQ(weft_group_wait(arg), 0);
+  return NULL;
+}
+
+/* Every kind of wait is described: fd, timer, future, join, group, and
+ * the deadline of a scope around it. */
+static int dump_waits_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(pipe(dump_pipe), 0);
+  weft_future *f = weft_future_new();
+  weft_group *g = weft_group_new();
+  CHECK(f && g);
+  weft_task *rd = weft_spawn(scoped_reader, NULL);
+  weft_task *fw = weft_spawn(future_waiter, f);
+  weft_task *sl = weft_spawn(sleep_until_stop, NULL);
+  CHECK(weft_group_spawn(g, sleep_until_stop, NULL) != NULL);
+  weft_task *gw = weft_spawn(group_waiter, g);
+  CHECK(rd && fw && sl && gw);
+  stop_flag = 0;
+  CHECK_EQ(weft_yield(), 0); /* all of them are parked now */
+
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  CHECK(out != NULL);
+  weft_dump(out);
+  fclose(out);
+  char line[256];
+  snprintf(line, sizeof line, "%llu  waiting  fd %d read, deadline in ",
+           (unsigned long long)weft_task_id(rd), dump_pipe[0]);
+  CHECK_CONTAINS(buf, line);
+  snprintf(line, sizeof line, "%llu  waiting  future %#llx",
+           (unsigned long long)weft_task_id(fw),
+           (unsigned long long)(uintptr_t)f);
+  CHECK_CONTAINS(buf, line);
+  snprintf(line, sizeof line, "%llu  waiting  timer in ",
+           (unsigned long long)weft_task_id(sl));
+  CHECK_CONTAINS(buf, line);
+  snprintf(line, sizeof line, "%llu  waiting  group %#llx",
+           (unsigned long long)weft_task_id(gw),
+           (unsigned long long)(uintptr_t)g);
+  CHECK_CONTAINS(buf, line);
+  free(buf);
+
+  stop_flag = 1;
+  CHECK_EQ(weft_cancel(rd), 0);
+  CHECK_EQ(weft_future_cancel(f), 1);
+  CHECK_EQ(weft_join(rd, NULL), 0);
+  CHECK_EQ(weft_join(fw, NULL), 0);
+  CHECK_EQ(weft_join(sl, NULL), 0);
+  CHECK_EQ(weft_join(gw, NULL), 0);
+  weft_group_free(g);
+  weft_future_release(f);
+  close(dump_pipe[0]);
+  close(dump_pipe[1]);
+  return 0;
+}
+
 static int dump_main(void *arg) {
   (void)arg;
   stop_flag = 0;
@@ -658,6 +742,7 @@ static void test_dump(void) {
   CHECK_STR_EQ(buf, "weft: no loop on this thread\n");
   free(buf);
   CHECK_EQ(weft_main(dump_main, NULL), 0);
+  CHECK_EQ(weft_main(dump_waits_main, NULL), 0);
 }
 
 /* ---- names, ids, stack sizes ----------------------------------------- */
