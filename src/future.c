@@ -107,16 +107,17 @@ void weft__futures_free(weft_loop *loop) {
 /* ---- completion ------------------------------------------------------- */
 static void run_callbacks(void *arg) {
   weft_future *f = arg;
+  /* The callbacks there are now; one added while they run is queued for
+   * the next turn, as weft_call_soon's would be (a callback that re-adds
+   * itself cannot keep the loop in this turn). */
+  done_cb *c = f->cbs;
+  f->cbs = f->cbs_tail = NULL;
   f->queued = 0;
-  /* Callbacks added while these run join the end of the list and run in
-   * this same pass. */
-  while (f->cbs) {
-    done_cb *c = f->cbs;
-    f->cbs = c->next;
-    if (!f->cbs)
-      f->cbs_tail = NULL;
+  while (c) {
+    done_cb *next = c->next;
     c->cb(f, c->arg);
     weft__free(c);
+    c = next;
   }
   weft_future_release(f); /* the queued run's reference */
 }

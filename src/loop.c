@@ -233,7 +233,7 @@ const char *weft_loop_backend(const weft_loop *loop) {
 
 int64_t weft_loop_now(void) {
   weft_loop *loop = weft__loop_running;
-  return loop ? loop->now : weft_now();
+  return loop ? weft__turn_now(loop) : weft_now();
 }
 
 static int debug_enabled(void) {
@@ -300,7 +300,10 @@ int weft_loop_run(weft_loop *loop) {
   loop->stop = 0;
   int rc = 0;
   for (;;) {
-    loop->now = weft_now();
+    /* The clock is read here only if a timer may be due; else lazily. */
+    loop->now_fresh = 0;
+    if (loop->heap_len)
+      weft__turn_now(loop);
     if (__atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE))
       weft__threadsafe_run(loop);
     weft__timers_fire(loop);
@@ -316,8 +319,11 @@ int weft_loop_run(weft_loop *loop) {
     int64_t timeout;
     if (loop->ready_head || loop->cb_len ||
         __atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE)) {
-      if (loop->nwaiters == 0)
-        continue; /* no fd to look at: skip the syscall */
+      /* Work is waiting, so the backend is only looked at, not waited
+       * on; and only every WEFT__BUSY_POLL turns, or a loop whose tasks
+       * wake each other would pay a system call per turn. */
+      if (loop->nwaiters == 0 || ++loop->busy_turns < WEFT__BUSY_POLL)
+        continue;
       timeout = 0;
     } else if (loop->heap_len) {
       int64_t next = weft__timers_next(loop), now = weft_now();
@@ -331,6 +337,7 @@ int weft_loop_run(weft_loop *loop) {
         break;
       continue;
     }
+    loop->busy_turns = 0;
     if ((rc = loop->backend->poll(loop, timeout)) < 0)
       break;
     rc = 0;

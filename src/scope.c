@@ -23,7 +23,7 @@
 #include "internal.h"
 
 int weft__cancel_status(weft_task *t) {
-  int64_t now = t->loop->now;
+  int64_t now = weft__turn_now(t->loop);
   int rc = 0;
   for (weft_scope *s = t->scope; s; s = s->priv_outer) {
     if (s->priv_flags & SCOPE_CANCELLED)

@@ -314,7 +314,7 @@ int weft_sleep(int64_t delay) {
     return rc;
   weft_loop *loop = t->loop;
   int64_t deadline =
-      delay > WEFT_NEVER - loop->now ? WEFT_NEVER : loop->now + delay;
+      delay > WEFT_NEVER - weft__turn_now(loop) ? WEFT_NEVER : loop->now + delay;
   weft__timer_rec *r = weft__timer_arm(loop, deadline, wake_sleeper, t);
   if (!r)
     return -ENOMEM;
@@ -519,7 +519,7 @@ static size_t stack_used(const weft_task *t) {
 /* What t waits on, in words: "fd 7 read", "timer in 12.5 ms", ... */
 static void describe_wait(const weft_task *t, char *buf, size_t len) {
   long long d = (long long)t->waits_detail;
-  double ms = (double)(t->waits_detail - t->loop->now) / 1e6;
+  double ms = (double)(t->waits_detail - weft__turn_now(t->loop)) / 1e6;
   switch (t->waits_on) {
   case WAIT_FD_READ: snprintf(buf, len, "fd %lld read", d); break;
   case WAIT_FD_WRITE: snprintf(buf, len, "fd %lld write", d); break;
@@ -541,7 +541,7 @@ static void describe_wait(const weft_task *t, char *buf, size_t len) {
   size_t n = strlen(buf);
   if (first != WEFT_NEVER && n < len)
     snprintf(buf + n, len - n, ", deadline in %.1f ms",
-             (double)(first - t->loop->now) / 1e6);
+             (double)(first - weft__turn_now(t->loop)) / 1e6);
 }
 
 void weft_dump(FILE *out) {
