@@ -50,7 +50,7 @@ struct weft_future {
 #define CACHE_MAX 1024
 
 weft_future *weft_future_new(void) {
-  weft_loop *loop = weft_loop_current();
+  weft_loop *loop = weft__loop_running ? weft__loop_running : weft_loop_current();
   if (!loop) {
     errno = EINVAL;
     return NULL;
@@ -62,7 +62,14 @@ weft_future *weft_future_new(void) {
   } else if (!(f = weft__malloc(sizeof *f))) {
     return NULL;
   }
-  *f = (weft_future){.loop = loop, .refs = 1};
+  /* Field by field: every one a pending future reads. */
+  f->loop = loop;
+  f->refs = 1;
+  f->state = PENDING;
+  f->reserved = f->queued = 0;
+  f->waiters = f->waiters_tail = NULL;
+  f->cbs = f->cbs_tail = NULL;
+  f->task = NULL;
   return f;
 }
 
@@ -74,7 +81,7 @@ weft_future *weft_future_ref(weft_future *f) {
 
 static void future_free(weft_future *f) {
   weft_loop *loop = f->loop;
-  while (f->cbs) {
+  while (__builtin_expect(f->cbs != NULL, 0)) {
     done_cb *c = f->cbs;
     f->cbs = c->next;
     weft__free(c);
