@@ -3,7 +3,7 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks|timers]  (no argument: all four)
+#   bench/run.sh [switch|spawn|tasks|timers|future]  (no argument: all five)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
 #                                          (its own environment: DURATION, ...)
 #
@@ -19,6 +19,11 @@
 #   TIMERS_REPEAT runs of the timers benchmark and its peers (default 3: a
 #                 run of the three takes about 20 s, its arm_fire rounds
 #                 waiting out real deadlines of up to a second)
+#   PYTHON        the interpreter of the future peers (bench/peer_future.py:
+#                 asyncio, and uvloop if it imports); default: the first of
+#                 python3 and /usr/bin/python3 that imports uvloop (Debian's
+#                 python3-uvloop is for /usr/bin/python3, which a pyenv or
+#                 venv python3 earlier on PATH does not see), else python3
 #   CI            with CI=true, as root, missing peer packages are installed
 #
 # Why runs and rounds: on a small shared VM one run is not a figure. The
@@ -45,8 +50,8 @@ die() { note "$*"; exit 1; }
 
 what=${1:-all}
 case $what in
-  all | switch | spawn | tasks | timers | echo) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|echo]" ;;
+  all | switch | spawn | tasks | timers | future | echo) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|future|echo]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -95,6 +100,10 @@ if [ "$what" = all ] || [ "$what" = timers ]; then
   want_peer libev libev-dev && have_libev=1
   want_peer libuv libuv1-dev && have_libuv=1
 fi
+have_uvloop_pkg=0
+if [ "$what" = all ] || [ "$what" = future ]; then
+  want_peer uvloop python3-uvloop && have_uvloop_pkg=1
+fi
 want_peer go golang-go && have_go=1
 
 # ---- build ------------------------------------------------------------
@@ -135,6 +144,39 @@ if [ $have_go = 1 ]; then
     note "the go peer is skipped: go build failed (or go is missing)"
     have_go=0
   fi
+fi
+
+# The future peers: Python's asyncio, and uvloop when the interpreter
+# chosen can import it (see PYTHON above).
+py=
+have_uvloop=0
+if [ "$what" = all ] || [ "$what" = future ]; then
+  if [ -n "${PYTHON:-}" ]; then
+    cands=("$PYTHON")
+  else
+    cands=(python3 /usr/bin/python3)
+  fi
+  for c in "${cands[@]}"; do
+    if "$c" -c 'import uvloop' >/dev/null 2>&1; then
+      py=$c
+      have_uvloop=1
+      break
+    fi
+  done
+  if [ -z "$py" ]; then
+    for c in "${cands[@]}"; do
+      if "$c" -c 'import asyncio' >/dev/null 2>&1; then
+        py=$c
+        break
+      fi
+    done
+    if [ -z "$py" ]; then
+      note "the asyncio and uvloop peers are skipped: no ${cands[*]} runs"
+    elif [ $have_uvloop_pkg = 1 ]; then
+      note "the uvloop peer is skipped: $py cannot import uvloop (PYTHON=...)"
+    fi
+  fi
+  [ -z "$py" ] || note "future peers: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
 fi
 
 # ---- running ----------------------------------------------------------
@@ -200,6 +242,18 @@ report() {
             printf "ratio_timers_%s_weft_vs_%s %.2f x\n", fig[f], peer[p],
               med_of[w] / med_of[o]
         }
+      # The future figures the other way round: the Python loop figure over
+      # weft (above 1: weft is faster, by that factor).
+      nop = split("future_set_await future_await_wake cancel_recv " \
+        "recv_wake cancel_recv_deliver scope_deadline " \
+        "scope_deadline_yield yield", op, " ")
+      split("uvloop asyncio", py, " ")
+      for (p = 1; p <= 2; p++)
+        for (f = 1; f <= nop; f++) {
+          o = py[p] "_" op[f]
+          if ((op[f] in med_of) && (o in med_of) && med_of[op[f]] > 0)
+            printf "%s_vs_%s %.2f x\n", op[f], py[p], med_of[o] / med_of[op[f]]
+        }
     }' "$out"
   : >"$out"
 }
@@ -247,8 +301,20 @@ bench_timers() {
   report
 }
 
+# weft and the two Python loops, interleaved; each run reports the median
+# of its own 7 rounds per figure (future.c, peer_future.py).
+bench_future() {
+  local i
+  for ((i = 0; i < REPEAT; i++)); do
+    run1 "$bin/bench_future"
+    [ -z "$py" ] || run1 "$py" "$here/peer_future.py" asyncio
+    [ $have_uvloop = 0 ] || run1 "$py" "$here/peer_future.py" uvloop
+  done
+  report
+}
+
 case $what in
-  all) bench_switch; bench_spawn; bench_tasks; bench_timers ;;
+  all) bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future ;;
   *) "bench_$what" ;;
 esac
 exit $status
