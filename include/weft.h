@@ -519,8 +519,9 @@ int weft_await(weft_future *f, void **value);
 
 /* Runs fn(arg) as a task and returns a future of its return value that the
  * caller holds one reference to (tornado's @coroutine: `ret = yield
- * routine()` is weft_await(weft_async(routine, arg), &ret)). Cancelling the
- * future cancels the task. NULL and errno: ENOMEM, EINVAL. */
+ * routine()` is f = weft_async(routine, arg); weft_await(f, &ret);
+ * weft_future_release(f)). Cancelling the future cancels the task. NULL
+ * and errno: ENOMEM, EINVAL. */
 weft_future *weft_async(void *(*fn)(void *), void *arg);
 
 /* ------------------------------------------------------------------------ */

@@ -23,11 +23,19 @@
 #include "internal.h"
 
 int weft__cancel_status(weft_task *t) {
+  /* Deadlines are judged by the turn's clock first; one it has not reached
+   * by a fresh reading (the task may have run long since the turn began),
+   * so a call that could complete at once is still stopped by a deadline
+   * just past. Only calls inside a scope with a deadline pay for that. */
   int64_t now = weft__turn_now(t->loop);
-  int rc = 0;
+  int fresh = 0, rc = 0;
   for (weft_scope *s = t->scope; s; s = s->priv_outer) {
     if (s->priv_flags & SCOPE_CANCELLED)
       return -ECANCELED;
+    if (s->priv_deadline != WEFT_NEVER && s->priv_deadline > now && !fresh) {
+      now = weft_now();
+      fresh = 1;
+    }
     if (s->priv_deadline <= now) {
       s->priv_flags |= SCOPE_EXPIRED;
       rc = -ETIMEDOUT;

@@ -1,0 +1,502 @@
+/*
+ * Task groups (structured concurrency).
+ *
+ *  - weft_group_wait returns 0 once every child has finished (children
+ *    that end early, late, spawn more children into the group meanwhile);
+ *    an empty group, or one whose children all ended, returns 0 at once;
+ *  - weft_group_cancel cancels the running children (their blocking calls
+ *    return -ECANCELED) and those spawned later: a child spawned into a
+ *    cancelled group starts cancelled; the waiter itself is not cancelled;
+ *  - a waiter cancelled (weft_cancel, before or during the wait) or whose
+ *    scope's deadline passes returns -ECANCELED / -ETIMEDOUT only after it
+ *    cancelled the children and every one of them finished (children that
+ *    clean up in a shielded scope for a while);
+ *  - a child's handle works with weft_cancel: one child cancelled, the
+ *    others go on;
+ *  - weft_group_free with children running, or not yet started: they are
+ *    cancelled, and the group's memory goes once they end (ASan/valgrind
+ *    see a leak or a use after free);
+ *  - a thousand children;
+ *  - misuse: NULL, no loop, outside a task, another loop's group.
+ */
+#include "weft.h"
+
+#include "internal.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+
+#define FOREVER WEFT_SEC(30)
+#define LATE    WEFT_SEC(5)
+
+static void run(void *(*fn)(void *), void *arg) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg));
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_LT(weft_now() - t0, LATE);
+  CHECK_EQ(loop->nlive, 0);
+  CHECK_EQ(loop->heap_len, 0);
+  CHECK_EQ(loop->cb_len, 0);
+  weft_loop_free(loop);
+}
+
+/* What each child did. */
+#define MAXKIDS 1000
+typedef struct kid {
+  int started;
+  int rc;      /* what its main blocking call returned */
+  int cleaned; /* it finished its cleanup */
+  int ended;
+  int64_t delay; /* how long it sleeps (FOREVER: until cancelled) */
+} kid;
+static kid kids[MAXKIDS];
+static int nended;
+
+static void kids_reset(void) {
+  memset(kids, 0, sizeof kids);
+  nended = 0;
+}
+
+static void *sleeper(void *arg) {
+  kid *k = arg;
+  k->started = 1;
+  k->rc = weft_sleep(k->delay);
+  k->ended = 1;
+  nended++;
+  return P(99); /* dropped */
+}
+
+/* On cancellation, a cleanup that takes 20 ms in a shielded scope. */
+static void *careful(void *arg) {
+  kid *k = arg;
+  k->started = 1;
+  k->rc = weft_sleep(k->delay);
+  if (k->rc == -ECANCELED) {
+    weft_scope s;
+    weft_scope_enter(&s, WEFT_NEVER);
+    weft_scope_shield(&s, true);
+    CHECK_EQ(weft_sleep(WEFT_MS(20)), 0);
+    CHECK_EQ(weft_scope_exit(&s), 0);
+    CHECK_EQ(weft_yield(), -ECANCELED); /* still cancelled after */
+    k->cleaned = 1;
+  }
+  k->ended = 1;
+  nended++;
+  return NULL;
+}
+
+/* ---- waiting ----------------------------------------------------------------- */
+static void *wait_all_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  int64_t t0 = weft_now();
+  for (int i = 0; i < 5; i++) {
+    kids[i].delay = WEFT_MS(3 * (5 - i));
+    CHECK(weft_group_spawn(g, sleeper, &kids[i]));
+  }
+  CHECK_EQ(kids[0].started, 0); /* spawned, not run */
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_GE(weft_now() - t0, WEFT_MS(15));
+  CHECK_EQ(nended, 5);
+  for (int i = 0; i < 5; i++) {
+    CHECK_EQ(kids[i].ended, 1);
+    CHECK_EQ(kids[i].rc, 0);
+  }
+  /* Again: nothing left, 0 at once. */
+  CHECK_EQ(weft_group_wait(g), 0);
+  weft_group_free(g);
+
+  /* Empty. */
+  g = weft_group_new();
+  CHECK(g);
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(weft_group_wait(g), 0);
+  weft_group_free(g);
+
+  /* Children that ended before the wait. */
+  kids_reset();
+  g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 3; i++)
+    CHECK(weft_group_spawn(g, sleeper, &kids[i])); /* delay 0: a yield */
+  while (nended < 3)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_group_wait(g), 0);
+  weft_group_free(g);
+  return NULL;
+}
+
+/* A child that spawns more children into its own group, while the waiter
+ * waits: the wait covers them. */
+static weft_group *nest_group;
+static int nest_count;
+
+static void *nester(void *arg) {
+  intptr_t depth = I(arg);
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  if (depth < 5) {
+    CHECK(weft_group_spawn(nest_group, nester, P(depth + 1)));
+    CHECK(weft_group_spawn(nest_group, nester, P(depth + 1)));
+  }
+  nest_count++;
+  return NULL;
+}
+
+static void *nested_main(void *arg) {
+  (void)arg;
+  nest_count = 0;
+  nest_group = weft_group_new();
+  CHECK(nest_group);
+  CHECK(weft_group_spawn(nest_group, nester, P(0)));
+  CHECK_EQ(weft_group_wait(nest_group), 0);
+  CHECK_EQ(nest_count, 63); /* 1 + 2 + 4 + ... + 32 */
+  weft_group_free(nest_group);
+  return NULL;
+}
+
+static int many_count;
+static void *yielder(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_yield(), 0);
+  many_count++;
+  return NULL;
+}
+
+static void *many_main(void *arg) {
+  (void)arg;
+  many_count = 0;
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < MAXKIDS; i++)
+    CHECK(weft_group_spawn(g, yielder, NULL));
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(many_count, MAXKIDS);
+  CHECK_EQ(weft_loop_current()->nlive, 1);
+  weft_group_free(g);
+  return NULL;
+}
+
+static void test_wait(void) {
+  run(wait_all_main, NULL);
+  run(nested_main, NULL);
+  run(many_main, NULL);
+}
+
+/* ---- weft_group_cancel --------------------------------------------------------- */
+static void *group_cancel_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 10; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(g, sleeper, &kids[i]));
+  }
+  CHECK_EQ(weft_yield(), 0); /* they all sleep */
+  for (int i = 0; i < 10; i++)
+    CHECK_EQ(kids[i].started, 1);
+  int64_t t0 = weft_now();
+  weft_group_cancel(g);
+  CHECK_EQ(weft_group_wait(g), 0); /* the waiter is not cancelled */
+  CHECK_LT(weft_now() - t0, LATE);
+  for (int i = 0; i < 10; i++) {
+    CHECK_EQ(kids[i].ended, 1);
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+  }
+  CHECK_EQ(weft_sleep(0), 0);
+  /* Spawned into the cancelled group later: cancelled from the start. */
+  kids[10].delay = FOREVER;
+  CHECK(weft_group_spawn(g, sleeper, &kids[10]));
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[10].started, 1);
+  CHECK_EQ(kids[10].rc, -ECANCELED);
+  weft_group_free(g);
+
+  /* Cancelled while empty: the same. */
+  kids_reset();
+  g = weft_group_new();
+  CHECK(g);
+  weft_group_cancel(g);
+  kids[0].delay = FOREVER;
+  kids[1].delay = 0;
+  CHECK(weft_group_spawn(g, sleeper, &kids[0]));
+  CHECK(weft_group_spawn(g, sleeper, &kids[1]));
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[0].rc, -ECANCELED);
+  CHECK_EQ(kids[1].rc, -ECANCELED); /* even a sleep(0) */
+  weft_group_free(g);
+  return NULL;
+}
+
+/* One child cancelled by its handle; the others go on. */
+static void *child_handle_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  weft_task *t[3];
+  kids[0].delay = WEFT_MS(5);
+  kids[1].delay = FOREVER;
+  kids[2].delay = WEFT_MS(10);
+  for (int i = 0; i < 3; i++)
+    CHECK(t[i] = weft_group_spawn(g, sleeper, &kids[i]));
+  CHECK_GT(weft_task_id(t[1]), 0);
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_cancel(t[1]), 0);
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[0].rc, 0);
+  CHECK_EQ(kids[1].rc, -ECANCELED);
+  CHECK_EQ(kids[2].rc, 0);
+  weft_group_free(g);
+  return NULL;
+}
+
+static void test_group_cancel(void) {
+  run(group_cancel_main, NULL);
+  run(child_handle_main, NULL);
+}
+
+/* ---- the waiter cancelled -------------------------------------------------------- */
+static int waiter_parked, waiter_done;
+static int64_t cancelled_at;
+
+/* Waits for 5 careful children; checks that all of them had finished when
+ * the wait returned. */
+static void *waiter(void *arg) {
+  int want = (int)I(arg);
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 5; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(g, careful, &kids[i]));
+  }
+  waiter_parked = 1;
+  int rc = weft_group_wait(g);
+  CHECK_EQ(rc, want);
+  /* No child outlived the wait, and each did its cleanup. */
+  CHECK_EQ(nended, 5);
+  for (int i = 0; i < 5; i++) {
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+    CHECK_EQ(kids[i].cleaned, 1);
+    CHECK_EQ(kids[i].ended, 1);
+  }
+  CHECK_GE(weft_now() - cancelled_at, WEFT_MS(20)); /* the cleanups took it */
+  CHECK_EQ(weft_sleep(0), -ECANCELED); /* the waiter is still cancelled */
+  weft_group_free(g);
+  waiter_done = 1;
+  return NULL;
+}
+
+static void *waiter_cancel_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  waiter_parked = waiter_done = 0;
+  weft_task *w = weft_spawn(waiter, P(-ECANCELED));
+  CHECK(w);
+  while (!waiter_parked)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_yield(), 0); /* the children are asleep */
+  for (int i = 0; i < 5; i++)
+    CHECK_EQ(kids[i].started, 1);
+  cancelled_at = weft_now();
+  CHECK_EQ(weft_cancel(w), 0);
+  CHECK_EQ(weft_join(w, NULL), 0);
+  CHECK_EQ(waiter_done, 1);
+  return NULL;
+}
+
+/* Cancelled before it ever ran: the wait still cancels and waits. */
+static void *waiter_cancel_before_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  waiter_parked = waiter_done = 0;
+  cancelled_at = weft_now();
+  weft_task *w = weft_spawn(waiter, P(-ECANCELED));
+  CHECK(w);
+  CHECK_EQ(weft_cancel(w), 0);
+  CHECK_EQ(weft_join(w, NULL), 0);
+  CHECK_EQ(waiter_done, 1);
+  return NULL;
+}
+
+/* A scope's deadline passes during the wait. */
+static void *deadline_waiter(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 5; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(g, careful, &kids[i]));
+  }
+  weft_scope s;
+  int64_t d = weft_now() + WEFT_MS(20);
+  weft_scope_enter(&s, d);
+  CHECK_EQ(weft_group_wait(g), -ETIMEDOUT);
+  int64_t now = weft_now();
+  CHECK_GE(now, d + WEFT_MS(20)); /* deadline, then the cleanups */
+  CHECK_LT(now - d, LATE);
+  CHECK_EQ(nended, 5);
+  for (int i = 0; i < 5; i++) {
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+    CHECK_EQ(kids[i].cleaned, 1);
+  }
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  /* The waiter itself is not cancelled: it carries on. */
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(weft_group_wait(g), 0);
+  weft_group_free(g);
+  return NULL;
+}
+
+static void test_waiter_cancelled(void) {
+  run(waiter_cancel_main, NULL);
+  run(waiter_cancel_before_main, NULL);
+  run(deadline_waiter, NULL);
+}
+
+/* ---- weft_group_free with children running ------------------------------------- */
+static void *free_running_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 3; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(g, sleeper, &kids[i]));
+  }
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(kids[0].started, 1);
+  weft_group_free(g); /* they are cancelled; the memory goes later */
+  while (nended < 3)
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+
+  /* Children not yet started: they start cancelled. */
+  kids_reset();
+  g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 3; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(g, careful, &kids[i]));
+  }
+  weft_group_free(g);
+  CHECK_EQ(kids[0].started, 0);
+  while (nended < 3)
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+    CHECK_EQ(kids[i].cleaned, 1);
+  }
+
+  /* Children that all ended; an empty group. */
+  kids_reset();
+  g = weft_group_new();
+  CHECK(g);
+  CHECK(weft_group_spawn(g, sleeper, &kids[0]));
+  while (nended < 1)
+    CHECK_EQ(weft_yield(), 0);
+  weft_group_free(g);
+  g = weft_group_new();
+  CHECK(g);
+  weft_group_free(g);
+  return NULL;
+}
+
+/* The task that frees the group ends first: the children outlive it and
+ * the loop still runs them to their end. */
+static void *free_and_leave(void *arg) {
+  (void)arg;
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 4; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(g, careful, &kids[i]));
+  }
+  CHECK_EQ(weft_yield(), 0);
+  weft_group_free(g);
+  return NULL;
+}
+
+static void test_free(void) {
+  run(free_running_main, NULL);
+  kids_reset();
+  run(free_and_leave, NULL);
+  CHECK_EQ(nended, 4);
+  for (int i = 0; i < 4; i++) {
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+    CHECK_EQ(kids[i].cleaned, 1);
+  }
+}
+
+/* ---- misuse ------------------------------------------------------------------ */
+static weft_group *foreign;
+
+static void *wait_foreign(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_group_wait(foreign), -EINVAL);
+  return NULL;
+}
+
+static void *misuse_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_group_wait(NULL), -EINVAL);
+  weft_group_cancel(NULL);
+  weft_group_free(NULL);
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  errno = 0;
+  CHECK(weft_group_spawn(g, NULL, NULL) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(weft_group_wait(g), 0); /* the failed spawn left nothing */
+  weft_group_free(g);
+  return NULL;
+}
+
+static void test_misuse(void) {
+  errno = 0;
+  CHECK(weft_group_new() == NULL); /* no loop */
+  CHECK_EQ(errno, EINVAL);
+  weft_loop *a = weft_loop_new(NULL);
+  CHECK(a);
+  foreign = weft_group_new();
+  CHECK(foreign);
+  CHECK_EQ(weft_group_wait(foreign), -EINVAL); /* not in a task */
+  weft_loop *b = weft_loop_new(NULL);
+  CHECK(b);
+  CHECK(weft_spawn(wait_foreign, NULL));
+  CHECK_EQ(weft_loop_run(b), 0);
+  weft_loop_free(b);
+  weft_group_free(foreign);
+  CHECK_EQ(weft_loop_run(a), 0);
+  weft_loop_free(a);
+  run(misuse_main, NULL);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  alarm(RUNNING_ON_VALGRIND ? 110 : 60);
+  int fds = check_fd_count();
+  test_misuse();
+  test_wait();
+  test_group_cancel();
+  test_waiter_cancelled();
+  test_free();
+  CHECK_EQ(check_fd_count(), fds);
+  printf("test_group: ok\n");
+  return 0;
+}
