@@ -2,7 +2,8 @@
  * Seed 002's routine_main: tornado's coroutines, in weft. Each tornado
  * `@coroutine` is a function run by weft_async, which hands back a future
  * of its return value; `ret = yield routine()` is
- * weft_await(weft_async(routine, arg), &ret). tornado's `sleep` is built
+ * yield_future(weft_async(routine, arg), &ret): await it, release it.
+ * tornado's `sleep` is built
  * the seed's way, as a future that a timer completes (call_later +
  * set_result), and `raise Return(x)` is a plain `return x`.
  *
