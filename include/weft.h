@@ -602,6 +602,212 @@ void weft_group_cancel(weft_group *g);
  * when the last of them ends. NULL is ignored. */
 void weft_group_free(weft_group *g);
 
+/* ------------------------------------------------------------------------ */
+/* Channels and select                                                       */
+/*
+ * Go's channels: typed by element size, elements copied in and out (never
+ * referenced). Unbuffered (capacity 0) channels are rendezvous: a send
+ * completes only when a receiver takes the element. Waiters are served
+ * FIFO per channel. A cancelled send or receive (or one stopped by a
+ * scope's deadline) leaves the channel exactly as it was: no element lost,
+ * none duplicated; one that completed before the cancellation reports its
+ * success. A channel belongs to the loop that made it.
+ */
+typedef struct weft_chan weft_chan;
+
+/* A channel of `elem_size`-byte elements (elem_size > 0) holding up to
+ * `capacity` of them (0: unbuffered). NULL and errno: ENOMEM, EINVAL. */
+weft_chan *weft_chan_new(size_t elem_size, size_t capacity);
+
+/* Sends a copy of *elem: waits for room (buffered) or for a receiver
+ * (unbuffered). Returns 0; -EPIPE if the channel is closed (before or
+ * while waiting: the element was not sent); -ECANCELED, -ETIMEDOUT;
+ * -EINVAL (NULL, or not a task of the channel's loop when it must wait). */
+int weft_chan_send(weft_chan *c, const void *elem);
+
+/* Receives into *elem: waits for an element. Returns 0; -EPIPE once the
+ * channel is closed and drained; -ECANCELED, -ETIMEDOUT; -EINVAL. */
+int weft_chan_recv(weft_chan *c, void *elem);
+
+/* The same without waiting: -EAGAIN where they would wait. They may be
+ * called outside a task. */
+int weft_chan_try_send(weft_chan *c, const void *elem);
+int weft_chan_try_recv(weft_chan *c, void *elem);
+
+/* Closes c: pending and later sends get -EPIPE; receivers get what is
+ * buffered, then -EPIPE. Closing twice is harmless. NULL is ignored. */
+void weft_chan_close(weft_chan *c);
+
+/* Closes c (waking its waiters with -EPIPE) and frees it. NULL is ignored. */
+void weft_chan_free(weft_chan *c);
+
+/* Elements buffered now, and the capacity. */
+size_t weft_chan_len(const weft_chan *c);
+size_t weft_chan_cap(const weft_chan *c);
+
+#define WEFT_SEND 1 /* a select case that sends *elem */
+#define WEFT_RECV 2 /* a select case that receives into *elem */
+
+#define WEFT_NOWAIT 1 /* weft_select: Go's `default:` */
+
+typedef struct weft_select_case {
+  weft_chan *chan; /* NULL: a case that is never ready */
+  int op;          /* WEFT_SEND or WEFT_RECV */
+  void *elem;      /* the element to send, or where to receive */
+  int result;      /* out: 0, or the operation's error (-EPIPE) */
+} weft_select_case;
+
+/* Waits until one of the n cases can proceed, performs it, and returns its
+ * index; its `result` is 0, or -EPIPE for a closed channel (a send to one
+ * is ready at once and fails; a receive from a drained one too). When
+ * several are ready, one is chosen at random, so that none starves. With
+ * WEFT_NOWAIT, returns -EAGAIN if none is ready now. Returns -ECANCELED or
+ * -ETIMEDOUT (scopes) with no case performed; -EINVAL for a bad case (an
+ * unknown op, a NULL elem, a channel of another loop) or cases NULL with
+ * n > 0. With no case that can ever be ready (n == 0, or every chan NULL)
+ * it waits until cancelled, as Go's empty select does for ever. */
+int weft_select(weft_select_case *cases, size_t n, int flags);
+
+/* ------------------------------------------------------------------------ */
+/* Task-aware synchronisation                                                */
+/*
+ * For tasks of one loop (not for threads). Each is a struct the caller
+ * owns, set up with its _init (or the static initialiser) and needing no
+ * cleanup; its fields are private. Every wait is a cancellation point and
+ * honours scope deadlines (-ECANCELED, -ETIMEDOUT), and waiters are served
+ * in the order they came.
+ */
+typedef struct weft_mutex {
+  weft_task *priv_owner;
+  void *priv_head, *priv_tail;
+} weft_mutex;
+#define WEFT_MUTEX_INIT {NULL, NULL, NULL}
+
+void weft_mutex_init(weft_mutex *m);
+
+/* Locks m, waiting while another task holds it. Unlocking hands the mutex
+ * to the first waiter (FIFO: a task that arrives later cannot barge in).
+ * Returns 0; -EDEADLK if the caller holds it already; -ECANCELED,
+ * -ETIMEDOUT (not locked then); -EINVAL (NULL, outside a task). */
+int weft_mutex_lock(weft_mutex *m);
+
+/* 0, or -EBUSY if held (by anyone, the caller included); -EINVAL. */
+int weft_mutex_trylock(weft_mutex *m);
+
+/* 0; -EPERM if the caller does not hold m; -EINVAL. */
+int weft_mutex_unlock(weft_mutex *m);
+
+typedef struct weft_cond {
+  void *priv_head, *priv_tail;
+} weft_cond;
+#define WEFT_COND_INIT {NULL, NULL}
+
+void weft_cond_init(weft_cond *c);
+
+/* Unlocks m (which the caller must hold), waits for a signal, locks m
+ * again. Returns 0; -ECANCELED or -ETIMEDOUT if the wait was cut short, in
+ * which case m is locked again all the same, as pthread_cond_wait does on
+ * cancellation; -EPERM if the caller does not hold m; -EINVAL. */
+int weft_cond_wait(weft_cond *c, weft_mutex *m);
+
+/* Wakes the first waiter, or every one. NULL is ignored. */
+void weft_cond_signal(weft_cond *c);
+void weft_cond_broadcast(weft_cond *c);
+
+typedef struct weft_sem {
+  size_t priv_count;
+  void *priv_head, *priv_tail;
+} weft_sem;
+
+void weft_sem_init(weft_sem *s, size_t count);
+
+/* Takes one unit, waiting while there is none. 0, -ECANCELED, -ETIMEDOUT,
+ * -EINVAL. */
+int weft_sem_wait(weft_sem *s);
+
+/* 0, or -EAGAIN if there is no unit now; -EINVAL. */
+int weft_sem_trywait(weft_sem *s);
+
+/* Gives one unit back: to the first waiter if there is one. 0; -EOVERFLOW
+ * at SIZE_MAX units; -EINVAL. */
+int weft_sem_post(weft_sem *s);
+
+/* The units free now. */
+size_t weft_sem_value(const weft_sem *s);
+
+typedef struct weft_event {
+  int priv_set;
+  void *priv_head, *priv_tail;
+} weft_event;
+#define WEFT_EVENT_INIT {0, NULL, NULL}
+
+void weft_event_init(weft_event *e);
+
+/* Sets e, waking every waiter; it stays set until cleared. NULL ignored. */
+void weft_event_set(weft_event *e);
+void weft_event_clear(weft_event *e);
+bool weft_event_is_set(const weft_event *e);
+
+/* Returns 0 at once if e is set (still a cancellation point), else waits
+ * until it is set. 0, -ECANCELED, -ETIMEDOUT, -EINVAL. */
+int weft_event_wait(weft_event *e);
+
+/* ------------------------------------------------------------------------ */
+/* Actors                                                                    */
+/*
+ * Seed 000's ActorScheduler, as a runtime: an actor is a task with a
+ * mailbox, found by a name unique in its loop. Its body calls
+ * weft_actor_recv for each message.
+ *
+ * Fairness: weft_actor_recv is a scheduling point. When other tasks are
+ * ready it yields first, even with messages waiting, so an actor that
+ * keeps sending to itself (seed 000's counter) cannot starve the others,
+ * and a pair of actors sending to each other runs in step: each mailbox
+ * holds a message or two, however long they run.
+ */
+typedef struct weft_actor weft_actor;
+
+typedef struct weft_actor_opts {
+  /* Messages the mailbox holds before a send waits (0: no bound). */
+  size_t mailbox_bound;
+  /* Called for each message still in the mailbox when the actor ends, and
+   * for messages sent to it after (which fail with -ENOENT, but are then
+   * the sender's): release(msg, release_arg). NULL: left alone. */
+  void (*release)(void *msg, void *arg);
+  void *release_arg;
+  /* The task's stack size (0: the loop's default). */
+  size_t stack_size;
+} weft_actor_opts;
+
+/* Spawns fn(arg) as an actor named `name` (copied; NULL: anonymous, found
+ * only through the handle) on the current loop. NULL and errno: EEXIST
+ * (the name is taken), ENOMEM, EINVAL. The handle stays valid for
+ * weft_actor_send_to after the actor ends (sends then fail with -ENOENT)
+ * until the loop is freed. */
+weft_actor *weft_actor_spawn(const char *name, void *(*fn)(void *), void *arg);
+weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
+                                  void *arg, const weft_actor_opts *opts);
+
+/* Queues msg for the actor; waits only when its mailbox is bounded and
+ * full. Returns 0; -ENOENT (no such actor, or it has ended); -ENOMEM;
+ * -ECANCELED, -ETIMEDOUT (bounded mailbox: not queued); -EINVAL. May be
+ * called outside a task for an unbounded mailbox. */
+int weft_actor_send(const char *name, void *msg);
+int weft_actor_send_to(weft_actor *a, void *msg);
+
+/* Inside an actor: the next message, waiting for one. 0 and *msg;
+ * -ECANCELED, -ETIMEDOUT; -EINVAL outside an actor. */
+int weft_actor_recv(void **msg);
+
+/* The actor of that name on the current loop, or NULL. */
+weft_actor *weft_actor_lookup(const char *name);
+
+/* The running actor, or NULL. */
+weft_actor *weft_actor_self(void);
+
+/* The actor's task (for weft_cancel), NULL once it has ended. */
+weft_task *weft_actor_task(weft_actor *a);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -34,6 +34,7 @@ enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
 #define TASK_DETACHED  1u /* no handle: recycle at the end */
 #define TASK_JOINING   2u /* a joiner waits for it */
 #define TASK_CANCELLED 4u /* weft_cancel was called: level-triggered */
+#define TASK_YIELDED   8u /* in the ready queue by weft_yield */
 
 /* What a parked task may be taken off when it is cancelled: called with
  * the task and the argument given to weft__park, before the task wakes. */
@@ -49,6 +50,14 @@ enum {
   WAIT_FUTURE,   /* detail: the future's address */
   WAIT_JOIN,     /* detail: the joined task's id */
   WAIT_GROUP,    /* detail: the group's address */
+  WAIT_MUTEX,    /* detail: the mutex's address */
+  WAIT_COND,     /* detail: the condition variable's address */
+  WAIT_SEM,      /* detail: the semaphore's address */
+  WAIT_EVENT,    /* detail: the event's address */
+  WAIT_SEND,     /* detail: the channel's address */
+  WAIT_RECV,     /* detail: the channel's address */
+  WAIT_SELECT,   /* detail: the number of cases */
+  WAIT_MAILBOX,  /* detail: the actor's address */
   WAIT_OTHER,    /* detail: an address */
 };
 
@@ -136,6 +145,7 @@ struct weft_loop {
   int64_t now;   /* weft_now() as first read in this turn (weft__turn_now) */
   int now_fresh; /* now was read in this turn */
   unsigned busy_turns; /* turns with work waiting since the last poll */
+  uint64_t rng;        /* weft_select's random choice (chan.c); 0: unseeded */
   weft__heap_entry *heap_mem;     /* allocation holding the heap ... */
   weft__heap_entry *heap;         /* ... whose root is heap[0] */
   uint32_t heap_len, heap_cap;    /* entries, room */

@@ -151,12 +151,21 @@ static void reap(weft_loop *loop) {
 /* Who runs after the current task: the next ready one, or NULL for the
  * loop itself. */
 static weft_task *pick_next(weft_loop *loop) {
-  if (!loop->ready_head || !loop->batch_last || loop->batch == 0 || loop->stop)
+  weft_task *next = loop->ready_head;
+  if (!next || loop->batch == 0 || loop->stop)
+    return NULL;
+  /* Past the tasks that were ready when the turn began, a task woken
+   * during the turn runs at once too (the hand-off Go's runnext makes:
+   * a send to a waiting receiver switches straight to it), but a task
+   * that yielded waits for the next turn, after the timers, callbacks
+   * and I/O. */
+  if (!loop->batch_last && (next->flags & TASK_YIELDED))
     return NULL;
   loop->batch--;
-  weft_task *next = pop_ready(loop);
+  pop_ready(loop);
   if (next == loop->batch_last)
-    loop->batch_last = NULL; /* the turn's last: the loop comes next */
+    loop->batch_last = NULL; /* the turn's last: what follows was woken */
+  next->flags &= (uint8_t)~TASK_YIELDED;
   next->state = TASK_RUNNING;
   return next;
 }
@@ -220,12 +229,14 @@ static void task_entry(void *p) {
 }
 
 void weft__run_ready(weft_loop *loop) {
-  /* A turn runs the tasks that were ready when it began: one that yields,
-   * or is woken, now runs after the callbacks and I/O of the next turn. */
+  /* A turn runs the tasks that were ready when it began, then those woken
+   * meanwhile (pick_next); one that yields runs after the callbacks and
+   * I/O of the next turn. */
   weft_task *last = loop->ready_tail;
   loop->batch = WEFT__BATCH - 1;
   weft_task *t = pop_ready(loop);
   loop->batch_last = t == last ? NULL : last;
+  t->flags &= (uint8_t)~TASK_YIELDED;
   t->state = TASK_RUNNING;
   weft__ctx_switch(&loop->ctx, ctx_for(loop, t), t);
   loop->current = NULL;
@@ -459,6 +470,7 @@ int weft_yield(void) {
   weft_task *t = running_task();
   if (!t)
     return -EINVAL;
+  t->flags |= TASK_YIELDED;
   push_ready(t->loop, t);
   suspend(t);
   return weft__checkpoint();
@@ -527,6 +539,14 @@ static void describe_wait(const weft_task *t, char *buf, size_t len) {
   case WAIT_FUTURE: snprintf(buf, len, "future %#llx", d); break;
   case WAIT_JOIN: snprintf(buf, len, "join of task %lld", d); break;
   case WAIT_GROUP: snprintf(buf, len, "group %#llx", d); break;
+  case WAIT_MUTEX: snprintf(buf, len, "mutex %#llx", d); break;
+  case WAIT_COND: snprintf(buf, len, "cond %#llx", d); break;
+  case WAIT_SEM: snprintf(buf, len, "sem %#llx", d); break;
+  case WAIT_EVENT: snprintf(buf, len, "event %#llx", d); break;
+  case WAIT_SEND: snprintf(buf, len, "send on chan %#llx", d); break;
+  case WAIT_RECV: snprintf(buf, len, "recv on chan %#llx", d); break;
+  case WAIT_SELECT: snprintf(buf, len, "select of %lld cases", d); break;
+  case WAIT_MAILBOX: snprintf(buf, len, "mailbox of actor %#llx", d); break;
   case WAIT_OTHER: snprintf(buf, len, "%#llx", d); break;
   default: snprintf(buf, len, "-"); break;
   }

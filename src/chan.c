@@ -1,0 +1,334 @@
+/*
+ * Layer 5: channels and select (Go's, with errors instead of panics).
+ *
+ * A channel is a ring of `cap` elements and two FIFOs of parked tasks:
+ * senders (each with the element it offers) and receivers (each with
+ * where the element goes). The invariants: receivers wait only while the
+ * ring is empty and no sender waits; senders wait only while the ring is
+ * full (always, for an unbuffered channel) and no receiver waits.
+ *
+ * The task that completes an operation does the other side's part too: a
+ * sender that finds a receiver waiting copies its element straight into
+ * the receiver's buffer and wakes it with the result. So a woken task has
+ * nothing left to do, and a cancellation that arrives after that cannot
+ * undo an element that was handed over (the operation completed: it
+ * reports success). A cancellation before it takes the waiter off the
+ * queue, and the channel is as it was.
+ *
+ * A blocked select puts one waiter in the queue of each of its cases'
+ * channels; the first channel to complete one of them takes the others
+ * off their queues before waking the task.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct select_wait select_wait;
+
+/* A task parked on a channel, on its stack. */
+typedef struct cwaiter {
+  weft_task *task;
+  weft_chan *chan;
+  void *elem;        /* the element offered (send) or its destination */
+  int op;            /* WEFT_SEND or WEFT_RECV: which queue it is in */
+  int queued;        /* in that queue */
+  int *result;       /* select: the case's result field */
+  select_wait *sel;  /* the select it belongs to, or NULL */
+  size_t index;      /* its case in that select */
+  struct cwaiter *prev, *next;
+} cwaiter;
+
+struct select_wait {
+  weft_task *task;
+  cwaiter *w; /* one per case (unused for a NULL channel) */
+  size_t n;
+  size_t fired; /* the case that completed */
+};
+
+struct weft_chan {
+  weft_loop *loop;
+  size_t elem_size, cap;
+  unsigned char *ring; /* cap elements */
+  size_t head, len;
+  int closed;
+  cwaiter *senders, *senders_tail;
+  cwaiter *receivers, *receivers_tail;
+};
+
+/* ---- queues ----------------------------------------------------------- */
+static void q_push(weft_chan *c, cwaiter *w) {
+  cwaiter **head = w->op == WEFT_SEND ? &c->senders : &c->receivers;
+  cwaiter **tail = w->op == WEFT_SEND ? &c->senders_tail : &c->receivers_tail;
+  w->prev = *tail;
+  w->next = NULL;
+  if (*tail)
+    (*tail)->next = w;
+  else
+    *head = w;
+  *tail = w;
+  w->queued = 1;
+}
+
+static void q_remove(cwaiter *w) {
+  weft_chan *c = w->chan;
+  cwaiter **head = w->op == WEFT_SEND ? &c->senders : &c->receivers;
+  cwaiter **tail = w->op == WEFT_SEND ? &c->senders_tail : &c->receivers_tail;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    *head = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    *tail = w->prev;
+  w->queued = 0;
+}
+
+/* The other side has done w's operation, with result rc: wake its task
+ * (a select's other waiters leave their queues first). */
+static void complete(cwaiter *w, int rc) {
+  q_remove(w);
+  select_wait *sel = w->sel;
+  if (!sel) {
+    weft__wake(w->task, rc);
+    return;
+  }
+  *w->result = rc;
+  sel->fired = w->index;
+  for (size_t i = 0; i < sel->n; i++)
+    if (sel->w[i].queued)
+      q_remove(&sel->w[i]);
+  weft__wake(sel->task, 0);
+}
+
+/* ---- the ring --------------------------------------------------------- */
+static unsigned char *slot(const weft_chan *c, size_t i) {
+  return c->ring + ((c->head + i) % c->cap) * c->elem_size;
+}
+
+/* Sends *elem if that can be done now: 0, -EPIPE, or -EAGAIN. */
+static int send_now(weft_chan *c, const void *elem) {
+  if (c->closed)
+    return -EPIPE;
+  if (c->receivers) {
+    cwaiter *w = c->receivers;
+    memcpy(w->elem, elem, c->elem_size);
+    complete(w, 0);
+    return 0;
+  }
+  if (c->len < c->cap) {
+    memcpy(slot(c, c->len), elem, c->elem_size);
+    c->len++;
+    return 0;
+  }
+  return -EAGAIN;
+}
+
+/* Receives into *elem if that can be done now: 0, -EPIPE, or -EAGAIN. */
+static int recv_now(weft_chan *c, void *elem) {
+  if (c->len > 0) {
+    memcpy(elem, slot(c, 0), c->elem_size);
+    c->head = (c->head + 1) % c->cap;
+    c->len--;
+    if (c->senders) { /* its element takes the slot just freed */
+      cwaiter *w = c->senders;
+      memcpy(slot(c, c->len), w->elem, c->elem_size);
+      c->len++;
+      complete(w, 0);
+    }
+    return 0;
+  }
+  if (c->senders) {
+    cwaiter *w = c->senders;
+    memcpy(elem, w->elem, c->elem_size);
+    complete(w, 0);
+    return 0;
+  }
+  return c->closed ? -EPIPE : -EAGAIN;
+}
+
+static int ready(const weft_chan *c, int op) {
+  if (op == WEFT_SEND)
+    return c->closed || c->receivers || c->len < c->cap;
+  return c->len > 0 || c->senders || c->closed;
+}
+
+/* ---- channels --------------------------------------------------------- */
+weft_chan *weft_chan_new(size_t elem_size, size_t capacity) {
+  weft_loop *loop = weft_loop_current();
+  if (!loop || elem_size == 0 ||
+      (capacity && elem_size > SIZE_MAX / capacity)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  weft_chan *c = weft__calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  if (capacity && !(c->ring = weft__malloc(capacity * elem_size))) {
+    weft__free(c);
+    return NULL;
+  }
+  c->loop = loop;
+  c->elem_size = elem_size;
+  c->cap = capacity;
+  return c;
+}
+
+static void undo_wait(weft_task *t, void *arg) {
+  (void)t;
+  cwaiter *w = arg;
+  if (w->queued)
+    q_remove(w);
+}
+
+/* Parks the running task t on c until the other side completes op. */
+static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
+  if (t->loop != c->loop)
+    return -EINVAL;
+  cwaiter w = {.task = t, .chan = c, .elem = elem, .op = op};
+  q_push(c, &w);
+  return weft__park(op == WEFT_SEND ? WAIT_SEND : WAIT_RECV,
+                    (int64_t)(uintptr_t)c, undo_wait, &w);
+}
+
+int weft_chan_send(weft_chan *c, const void *elem) {
+  weft_task *t = weft__running_task();
+  if (!c || !elem || !t)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if ((rc = send_now(c, elem)) != -EAGAIN)
+    return rc;
+  return wait_op(t, c, WEFT_SEND, (void *)elem);
+}
+
+int weft_chan_recv(weft_chan *c, void *elem) {
+  weft_task *t = weft__running_task();
+  if (!c || !elem || !t)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if ((rc = recv_now(c, elem)) != -EAGAIN)
+    return rc;
+  return wait_op(t, c, WEFT_RECV, elem);
+}
+
+int weft_chan_try_send(weft_chan *c, const void *elem) {
+  if (!c || !elem)
+    return -EINVAL;
+  return send_now(c, elem);
+}
+
+int weft_chan_try_recv(weft_chan *c, void *elem) {
+  if (!c || !elem)
+    return -EINVAL;
+  return recv_now(c, elem);
+}
+
+void weft_chan_close(weft_chan *c) {
+  if (!c || c->closed)
+    return;
+  c->closed = 1;
+  /* Receivers wait only on an empty ring: they all get -EPIPE now. */
+  while (c->receivers)
+    complete(c->receivers, -EPIPE);
+  while (c->senders)
+    complete(c->senders, -EPIPE);
+}
+
+void weft_chan_free(weft_chan *c) {
+  if (!c)
+    return;
+  weft_chan_close(c);
+  weft__free(c->ring);
+  weft__free(c);
+}
+
+size_t weft_chan_len(const weft_chan *c) { return c ? c->len : 0; }
+size_t weft_chan_cap(const weft_chan *c) { return c ? c->cap : 0; }
+
+/* ---- select ----------------------------------------------------------- */
+/* xorshift64*: the loop's generator for select's random choice. */
+static uint64_t next_random(weft_loop *loop) {
+  uint64_t x = loop->rng;
+  if (!x)
+    x = (uint64_t)weft_now() ^ (uint64_t)(uintptr_t)loop ^ 0x9e3779b97f4a7c15u;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  loop->rng = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+static void undo_select(weft_task *t, void *arg) {
+  (void)t;
+  select_wait *sel = arg;
+  for (size_t i = 0; i < sel->n; i++)
+    if (sel->w[i].queued)
+      q_remove(&sel->w[i]);
+}
+
+/* Cases waited on without allocating; more take one allocation. */
+#define SELECT_STACK 8
+
+int weft_select(weft_select_case *cases, size_t n, int flags) {
+  weft_task *t = weft__running_task();
+  weft_loop *loop = t ? t->loop : weft_loop_current();
+  if ((n && !cases) || n > INT_MAX || (flags & ~WEFT_NOWAIT) || !loop)
+    return -EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    weft_select_case *k = &cases[i];
+    if (!k->chan)
+      continue;
+    if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem ||
+        k->chan->loop != loop)
+      return -EINVAL;
+  }
+  if (t) {
+    int rc = weft__checkpoint();
+    if (rc < 0)
+      return rc;
+  }
+  /* Among the cases ready now, one at random (reservoir sampling: the
+   * k-th ready case replaces the choice with probability 1/k). */
+  size_t chosen = SIZE_MAX, nready = 0;
+  for (size_t i = 0; i < n; i++)
+    if (cases[i].chan && ready(cases[i].chan, cases[i].op) &&
+        next_random(loop) % ++nready == 0)
+      chosen = i;
+  if (chosen != SIZE_MAX) {
+    weft_select_case *k = &cases[chosen];
+    k->result = k->op == WEFT_SEND ? send_now(k->chan, k->elem)
+                                   : recv_now(k->chan, k->elem);
+    return (int)chosen;
+  }
+  if (flags & WEFT_NOWAIT)
+    return -EAGAIN;
+  if (!t)
+    return -EINVAL;
+  cwaiter stack_w[SELECT_STACK];
+  cwaiter *w = n <= SELECT_STACK ? stack_w : weft__malloc(n * sizeof *w);
+  if (!w)
+    return -ENOMEM;
+  select_wait sel = {t, w, n, SIZE_MAX};
+  for (size_t i = 0; i < n; i++) {
+    w[i] = (cwaiter){.task = t,
+                     .chan = cases[i].chan,
+                     .elem = cases[i].elem,
+                     .op = cases[i].op,
+                     .result = &cases[i].result,
+                     .sel = &sel,
+                     .index = i};
+    if (cases[i].chan)
+      q_push(cases[i].chan, &w[i]);
+  }
+  int rc = weft__park(WAIT_SELECT, (int64_t)n, undo_select, &sel);
+  if (w != stack_w)
+    weft__free(w);
+  return rc < 0 ? rc : (int)sel.fired;
+}

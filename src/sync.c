@@ -1,0 +1,226 @@
+/*
+ * Layer 5: task-aware mutex, condition variable, semaphore and event.
+ *
+ * All four are a FIFO of parked tasks (a waiter on each one's stack) plus
+ * a little state. Whatever is released goes straight to the first waiter
+ * (the mutex's ownership, the semaphore's unit) before it runs, so a task
+ * that comes later cannot take it first: no barging, and a waiter woken
+ * this way has what it waited for even if it is cancelled before it runs
+ * (a wait that completed reports success). A cancelled wait takes its
+ * waiter off the queue: nothing else changes.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+
+typedef struct waiter {
+  weft_task *task;
+  struct waiter *prev, *next;
+  void **head, **tail; /* the queue it is in */
+} waiter;
+
+static void unlink_waiter(waiter *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    *w->head = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    *w->tail = w->prev;
+  w->prev = w->next = NULL;
+}
+
+static void undo_wait(weft_task *t, void *arg) {
+  (void)t;
+  unlink_waiter(arg);
+}
+
+/* Parks the running task t at the tail of the queue (head, tail) until
+ * wake_first or wake_all; returns what park returns. */
+static int wait_in(weft_task *t, void **head, void **tail, int kind,
+                   const void *what) {
+  waiter w = {t, *tail, NULL, head, tail};
+  if (*tail)
+    ((waiter *)*tail)->next = &w;
+  else
+    *head = &w;
+  *tail = &w;
+  return weft__park(kind, (int64_t)(uintptr_t)what, undo_wait, &w);
+}
+
+/* Takes the first waiter off the queue and wakes it; its task, or NULL. */
+static weft_task *wake_first(void **head, void **tail) {
+  waiter *w = *head;
+  if (!w)
+    return NULL;
+  (void)tail;
+  unlink_waiter(w);
+  weft__wake(w->task, 0);
+  return w->task;
+}
+
+/* ---- mutex ------------------------------------------------------------ */
+void weft_mutex_init(weft_mutex *m) {
+  if (m)
+    *m = (weft_mutex)WEFT_MUTEX_INIT;
+}
+
+int weft_mutex_lock(weft_mutex *m) {
+  weft_task *t = weft__running_task();
+  if (!m || !t)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if (!m->priv_owner) {
+    m->priv_owner = t;
+    return 0;
+  }
+  if (m->priv_owner == t)
+    return -EDEADLK;
+  /* The unlocker makes us the owner before waking us. */
+  return wait_in(t, &m->priv_head, &m->priv_tail, WAIT_MUTEX, m);
+}
+
+int weft_mutex_trylock(weft_mutex *m) {
+  weft_task *t = weft__running_task();
+  if (!m || !t)
+    return -EINVAL;
+  if (m->priv_owner)
+    return -EBUSY;
+  m->priv_owner = t;
+  return 0;
+}
+
+/* Hands m to its first waiter, or frees it. */
+static void release(weft_mutex *m) {
+  waiter *w = m->priv_head;
+  m->priv_owner = w ? w->task : NULL;
+  if (w)
+    wake_first(&m->priv_head, &m->priv_tail);
+}
+
+int weft_mutex_unlock(weft_mutex *m) {
+  weft_task *t = weft__running_task();
+  if (!m || !t)
+    return -EINVAL;
+  if (m->priv_owner != t)
+    return -EPERM;
+  release(m);
+  return 0;
+}
+
+/* ---- condition variable ----------------------------------------------- */
+void weft_cond_init(weft_cond *c) {
+  if (c)
+    *c = (weft_cond)WEFT_COND_INIT;
+}
+
+int weft_cond_wait(weft_cond *c, weft_mutex *m) {
+  weft_task *t = weft__running_task();
+  if (!c || !m || !t)
+    return -EINVAL;
+  if (m->priv_owner != t)
+    return -EPERM;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  release(m);
+  rc = wait_in(t, &c->priv_head, &c->priv_tail, WAIT_COND, c);
+  /* Locked again in every case, cancelled or not: under a shield, so that
+   * the cancellation that cut the wait short cannot also stop this. */
+  weft_scope shield;
+  weft_scope_enter(&shield, WEFT_NEVER);
+  weft_scope_shield(&shield, true);
+  int lrc = weft_mutex_lock(m);
+  weft_scope_exit(&shield);
+  if (lrc < 0 && rc == 0)
+    rc = lrc; /* only a deadlock's forced cancellation gets here */
+  return rc;
+}
+
+void weft_cond_signal(weft_cond *c) {
+  if (c)
+    wake_first(&c->priv_head, &c->priv_tail);
+}
+
+void weft_cond_broadcast(weft_cond *c) {
+  if (c)
+    while (wake_first(&c->priv_head, &c->priv_tail))
+      ;
+}
+
+/* ---- semaphore -------------------------------------------------------- */
+void weft_sem_init(weft_sem *s, size_t count) {
+  if (s)
+    *s = (weft_sem){count, NULL, NULL};
+}
+
+int weft_sem_wait(weft_sem *s) {
+  weft_task *t = weft__running_task();
+  if (!s || !t)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if (s->priv_count > 0) {
+    s->priv_count--;
+    return 0;
+  }
+  return wait_in(t, &s->priv_head, &s->priv_tail, WAIT_SEM, s); /* post hands one */
+}
+
+int weft_sem_trywait(weft_sem *s) {
+  if (!s)
+    return -EINVAL;
+  if (s->priv_count == 0)
+    return -EAGAIN;
+  s->priv_count--;
+  return 0;
+}
+
+int weft_sem_post(weft_sem *s) {
+  if (!s)
+    return -EINVAL;
+  if (wake_first(&s->priv_head, &s->priv_tail))
+    return 0; /* the unit went to the first waiter */
+  if (s->priv_count == SIZE_MAX)
+    return -EOVERFLOW;
+  s->priv_count++;
+  return 0;
+}
+
+size_t weft_sem_value(const weft_sem *s) { return s ? s->priv_count : 0; }
+
+/* ---- event ------------------------------------------------------------ */
+void weft_event_init(weft_event *e) {
+  if (e)
+    *e = (weft_event)WEFT_EVENT_INIT;
+}
+
+void weft_event_set(weft_event *e) {
+  if (!e)
+    return;
+  e->priv_set = 1;
+  while (wake_first(&e->priv_head, &e->priv_tail))
+    ;
+}
+
+void weft_event_clear(weft_event *e) {
+  if (e)
+    e->priv_set = 0;
+}
+
+bool weft_event_is_set(const weft_event *e) { return e && e->priv_set; }
+
+int weft_event_wait(weft_event *e) {
+  weft_task *t = weft__running_task();
+  if (!e || !t)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0 || e->priv_set)
+    return rc;
+  return wait_in(t, &e->priv_head, &e->priv_tail, WAIT_EVENT, e);
+}
