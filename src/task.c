@@ -97,7 +97,8 @@ static void record_free(weft_loop *loop, weft_task *t) {
 }
 
 /* ---- the ready queue -------------------------------------------------- */
-static void push_ready(weft_loop *loop, weft_task *t) {
+static inline __attribute__((always_inline)) void push_ready(weft_loop *loop,
+                                                          weft_task *t) {
   t->state = TASK_READY;
   t->next_ready = NULL;
   if (loop->ready_tail)
@@ -150,7 +151,8 @@ static void reap(weft_loop *loop) {
 
 /* Who runs after the current task: the next ready one, or NULL for the
  * loop itself. */
-static weft_task *pick_next(weft_loop *loop) {
+static inline __attribute__((always_inline)) weft_task *
+pick_next(weft_loop *loop) {
   weft_task *next = loop->ready_head;
   if (!next || loop->batch == 0 || loop->stop)
     return NULL;
@@ -187,7 +189,7 @@ static inline void arrived(weft_loop *loop) {
 /* Switches away from the running task t until something makes it run
  * again. errno and the innermost generator belong to the task, so they
  * travel with it. */
-static void suspend(weft_task *t) {
+static inline __attribute__((always_inline)) void suspend(weft_task *t) {
   weft_loop *loop = t->loop;
   weft_task *next = pick_next(loop);
   if (next == t)
