@@ -21,6 +21,7 @@ run tornado_style "seed 002's tornado coroutines: futures, weft_async, a sleep f
                --scale 0.1
 run cancel     "seed 003's stalled_read cancelled by timeout_after, 10x faster" \
                --scale 0.1
+run actors     "seed 000's ActorScheduler: the printer and the counter (from 10 here; the test runs the seed's 10000)" 10
 run echo_demo  "seed 000's echo server and a client, two tasks of one program"
 printf '\n(examples/echo_server and examples/echo_raw are the servers themselves:\n'
 printf ' run one and talk to it with `nc 127.0.0.1 16000` or `nc 127.0.0.1 30000`.)\n'

@@ -759,20 +759,26 @@ int weft_event_wait(weft_event *e);
  * mailbox, found by a name unique in its loop. Its body calls
  * weft_actor_recv for each message.
  *
+ * Messages are pointers, queued as they are (never copied or freed).
+ *
  * Fairness: weft_actor_recv is a scheduling point. When other tasks are
- * ready it yields first, even with messages waiting, so an actor that
- * keeps sending to itself (seed 000's counter) cannot starve the others,
- * and a pair of actors sending to each other runs in step: each mailbox
- * holds a message or two, however long they run.
+ * ready it yields first (weft_yield), even with messages waiting, so an
+ * actor that keeps sending to itself (seed 000's counter) cannot starve
+ * the others, and a pair of actors sending to each other runs in step:
+ * each mailbox holds a message or two, however long they run.
  */
 typedef struct weft_actor weft_actor;
 
 typedef struct weft_actor_opts {
-  /* Messages the mailbox holds before a send waits (0: no bound). */
+  /* Messages the mailbox holds before a send waits (0: no bound). Waiting
+   * senders are served FIFO. */
   size_t mailbox_bound;
-  /* Called for each message still in the mailbox when the actor ends, and
-   * for messages sent to it after (which fail with -ENOENT, but are then
-   * the sender's): release(msg, release_arg). NULL: left alone. */
+  /* Called as release(msg, release_arg), oldest first, for each message
+   * still in the mailbox when the actor ends (in its task, after fn
+   * returned; the actor counts as ended already), or when the loop is
+   * freed with the actor still there (then it must not call weft). Not for
+   * sends refused with -ENOENT, whether made after the end or waiting at
+   * it: those messages stay the sender's. NULL: left alone. */
   void (*release)(void *msg, void *arg);
   void *release_arg;
   /* The task's stack size (0: the loop's default). */
@@ -780,23 +786,30 @@ typedef struct weft_actor_opts {
 } weft_actor_opts;
 
 /* Spawns fn(arg) as an actor named `name` (copied; NULL: anonymous, found
- * only through the handle) on the current loop. NULL and errno: EEXIST
- * (the name is taken), ENOMEM, EINVAL. The handle stays valid for
- * weft_actor_send_to after the actor ends (sends then fail with -ENOENT)
- * until the loop is freed. */
+ * only through the handle) on the current loop; its task is detached (do
+ * not join it). When fn returns, the name is unregistered and free again.
+ * NULL and errno: EEXIST (the name is taken), ENOMEM, EINVAL (fn NULL, no
+ * loop); fn then never runs. The handle stays safe to use after the actor
+ * ends (sends then fail with -ENOENT), even once another actor reuses the
+ * name, until the loop is freed. */
 weft_actor *weft_actor_spawn(const char *name, void *(*fn)(void *), void *arg);
 weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
                                   void *arg, const weft_actor_opts *opts);
 
 /* Queues msg for the actor; waits only when its mailbox is bounded and
- * full. Returns 0; -ENOENT (no such actor, or it has ended); -ENOMEM;
- * -ECANCELED, -ETIMEDOUT (bounded mailbox: not queued); -EINVAL. May be
- * called outside a task for an unbounded mailbox. */
+ * full. Returns 0; -ENOENT (no such actor, or it has ended, also while
+ * this send waited: msg was not queued); -ENOMEM; -EINVAL (NULL, no loop,
+ * a task of another loop, or it would have to wait outside a task). A
+ * send to a bounded mailbox is a cancellation point: -ECANCELED,
+ * -ETIMEDOUT (not queued), and -EDEADLK for an actor sending to its own
+ * full mailbox. An unbounded send never waits, is not a cancellation
+ * point, and may be made outside a task. */
 int weft_actor_send(const char *name, void *msg);
 int weft_actor_send_to(weft_actor *a, void *msg);
 
-/* Inside an actor: the next message, waiting for one. 0 and *msg;
- * -ECANCELED, -ETIMEDOUT; -EINVAL outside an actor. */
+/* Inside an actor: the oldest message, waiting for one (a cancellation
+ * point; see Fairness). 0 and *msg; -ECANCELED, -ETIMEDOUT (no message
+ * taken); -EINVAL outside an actor or msg NULL. */
 int weft_actor_recv(void **msg);
 
 /* The actor of that name on the current loop, or NULL. */

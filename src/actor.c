@@ -1,2 +1,523 @@
-/* placeholder: being written */
+/*
+ * Layer 5: actors (seed 000's ActorScheduler, as a runtime).
+ *
+ * An actor is a detached task with a mailbox and, usually, a name. Its
+ * record holds:
+ *
+ *  - the mailbox: a ring of message pointers that grows by doubling (and
+ *    shrinks back once mostly empty), so queueing a message allocates
+ *    nothing in the steady state and the memory is the high-water mark of
+ *    the queue, not the number of messages ever sent;
+ *  - for a bounded mailbox, the senders waiting for room: records on their
+ *    own stacks, in a FIFO. A receive that frees a slot moves the first
+ *    waiting sender's message into the ring and wakes that sender with 0,
+ *    so the order is kept and no newcomer can take the slot first;
+ *  - the link of its bucket in the loop's registry: a hash table of
+ *    chained records keyed by name (loop->actors).
+ *
+ * The task's on_exit hook ends the actor: it leaves the registry (the name
+ * is free again), waiting senders are refused with -ENOENT, and the
+ * messages left in the mailbox go to the release callback. The record is
+ * then recycled. Handles carry the record's generation in their top bits,
+ * as task handles do (task.c), so a handle of an actor that has ended is
+ * recognised (sends to it return -ENOENT) even once its record serves
+ * another actor. Records are never given back to the allocator before the
+ * loop is freed, so a stale handle always points at readable memory.
+ *
+ * The actor behind the running task is found through the hook itself:
+ * a task whose on_exit is actor_exit is an actor, and on_exit_arg is its
+ * record. No field of the task record is needed for it.
+ */
 #include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+enum { ACTOR_FREE, ACTOR_LIVE, ACTOR_ENDED };
+
+/* A send waiting for room in a bounded mailbox (on the sender's stack). */
+typedef struct sender {
+  weft_task *task;
+  weft_actor *actor; /* the actor it sends to (a record) */
+  void *msg;
+  struct sender *prev, *next;
+} sender;
+
+/*
+ * The mailbox ring: `cap` slots (a power of two, or 0 before the first
+ * message), `len` messages from `head` on, wrapping:
+ *
+ *     ring: [ m3 | m4 |    |    |    | m0 | m1 | m2 ]
+ *                       ^              ^
+ *                       head+len       head          (all mod cap)
+ */
+struct weft_actor {
+  weft_loop *loop;       /* the loop it belongs to */
+  char *name;            /* owned copy; NULL: anonymous (not registered) */
+  uint64_t hash;         /* of name */
+  weft_actor *hnext;     /* next in its registry bucket, or the free list */
+  weft_actor *all;       /* next of every record the loop has (to free) */
+  weft_task *task;       /* the task's handle while it runs, else NULL */
+  weft_task *rec;        /* ... and its record */
+  void **ring;           /* the mailbox (see above) */
+  size_t head, len, cap; /* its first message, how many, slots */
+  size_t bound;          /* most messages queued (0: no bound) */
+  sender *senders;       /* waiting for room, first come first ... */
+  sender *senders_tail;  /* ... to last */
+  void (*release)(void *msg, void *arg); /* for messages left at the end */
+  void *release_arg;
+  uint16_t gen;      /* handle generation: bumped on each recycle */
+  uint8_t state;     /* ACTOR_* */
+  uint8_t receiving; /* its task is parked in weft_actor_recv */
+};
+
+/* The registry of a loop (loop->actors). */
+typedef struct registry {
+  weft_actor **buckets; /* nbuckets chains of named actors */
+  size_t nbuckets;      /* a power of two */
+  size_t count;         /* named actors registered */
+  weft_actor *free;     /* recycled records */
+  weft_actor *all;      /* every record, live or free */
+} registry;
+
+#define BUCKETS_MIN 16
+#define RING_MIN    8
+/* A ring this large or larger is halved once it is three-quarters empty. */
+#define RING_SHRINK 64
+
+/* ---- handles ----------------------------------------------------------
+ * As in task.c: the generation in the top 16 bits of the pointer. Where
+ * pointers have no spare bits, records are not recycled at all, which is
+ * as safe and costs one record per actor ever spawned. */
+#if UINTPTR_MAX > 0xffffffffu
+#define GEN_SHIFT 48
+#define ADDR_MASK ((((uintptr_t)1) << GEN_SHIFT) - 1)
+#define RECYCLE   1
+static weft_actor *handle_of(weft_actor *a) {
+  return (weft_actor *)((uintptr_t)a | ((uintptr_t)a->gen << GEN_SHIFT));
+}
+static weft_actor *record_of(const weft_actor *h) {
+  weft_actor *a = (weft_actor *)((uintptr_t)h & ADDR_MASK);
+  if (!a || a->state != ACTOR_LIVE ||
+      a->gen != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
+    return NULL;
+  return a;
+}
+#else
+#define RECYCLE 0
+static weft_actor *handle_of(weft_actor *a) { return a; }
+static weft_actor *record_of(const weft_actor *h) {
+  return h && h->state == ACTOR_LIVE ? (weft_actor *)h : NULL;
+}
+#endif
+
+static void actor_exit(weft_task *t, void *arg);
+
+/* The actor the running task is, or NULL. */
+static weft_actor *running_actor(weft_task **tp) {
+  weft_task *t = weft__running_task();
+  if (tp)
+    *tp = t;
+  return t && t->on_exit == actor_exit ? t->on_exit_arg : NULL;
+}
+
+/* The loop a call by name means: the running one, else the current. */
+static weft_loop *this_loop(void) {
+  return weft__loop_running ? weft__loop_running : weft_loop_current();
+}
+
+/* ---- the registry ----------------------------------------------------- */
+/* FNV-1a, 64 bits: names are short, and this spreads them well enough for
+ * a table that is never larger than the number of names. */
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+static weft_actor *registry_find(const registry *r, const char *name,
+                                 uint64_t hash) {
+  if (!r || !r->nbuckets)
+    return NULL;
+  weft_actor *a = r->buckets[hash & (r->nbuckets - 1)];
+  for (; a; a = a->hnext)
+    if (a->hash == hash && strcmp(a->name, name) == 0)
+      return a;
+  return NULL;
+}
+
+/* Makes room for one more name (the chains average at most one record),
+ * so that registering, done after the task is spawned, cannot fail. */
+static int registry_reserve(registry *r) {
+  if (r->count < r->nbuckets)
+    return 0;
+  size_t n = r->nbuckets ? r->nbuckets * 2 : BUCKETS_MIN;
+  weft_actor **b = weft__calloc(n, sizeof *b);
+  if (!b)
+    return -ENOMEM;
+  for (size_t i = 0; i < r->nbuckets; i++)
+    while (r->buckets[i]) {
+      weft_actor *a = r->buckets[i];
+      r->buckets[i] = a->hnext;
+      a->hnext = b[a->hash & (n - 1)];
+      b[a->hash & (n - 1)] = a;
+    }
+  weft__free(r->buckets);
+  r->buckets = b;
+  r->nbuckets = n;
+  return 0;
+}
+
+static void registry_insert(registry *r, weft_actor *a) {
+  weft_actor **b = &r->buckets[a->hash & (r->nbuckets - 1)];
+  a->hnext = *b;
+  *b = a;
+  r->count++;
+}
+
+static void registry_remove(registry *r, weft_actor *a) {
+  weft_actor **p = &r->buckets[a->hash & (r->nbuckets - 1)];
+  while (*p != a)
+    p = &(*p)->hnext;
+  *p = a->hnext;
+  a->hnext = NULL;
+  r->count--;
+}
+
+static registry *registry_of(weft_loop *loop) {
+  if (!loop->actors)
+    loop->actors = weft__calloc(1, sizeof(registry));
+  return loop->actors;
+}
+
+/* ---- records ---------------------------------------------------------- */
+static weft_actor *record_new(registry *r) {
+  weft_actor *a = r->free;
+  if (a) {
+    r->free = a->hnext;
+    return a;
+  }
+  if (!(a = weft__calloc(1, sizeof *a)))
+    return NULL;
+  a->all = r->all;
+  r->all = a;
+  return a;
+}
+
+static void record_free(registry *r, weft_actor *a) {
+  weft__free(a->name);
+  a->name = NULL;
+  weft__free(a->ring);
+  a->ring = NULL;
+  a->head = a->len = a->cap = 0;
+  a->state = ACTOR_FREE;
+  /* A generation that wrapped would make a handle of 65,536 actors ago
+   * valid again: such a record is retired instead (kept, unused). */
+  if (!RECYCLE || ++a->gen == 0)
+    return;
+  a->hnext = r->free;
+  r->free = a;
+}
+
+/* ---- the mailbox ring ------------------------------------------------- */
+/* Moves the messages into a ring of `cap` slots (cap >= len, a power of
+ * two), in order from slot 0. */
+static int ring_resize(weft_actor *a, size_t cap) {
+  void **ring = weft__malloc(cap * sizeof *ring);
+  if (!ring)
+    return -ENOMEM;
+  for (size_t i = 0; i < a->len; i++)
+    ring[i] = a->ring[(a->head + i) & (a->cap - 1)];
+  weft__free(a->ring);
+  a->ring = ring;
+  a->head = 0;
+  a->cap = cap;
+  return 0;
+}
+
+static int ring_push(weft_actor *a, void *msg) {
+  if (a->len == a->cap) {
+    if (a->cap > SIZE_MAX / 2 / sizeof(void *))
+      return -ENOMEM;
+    int rc = ring_resize(a, a->cap ? a->cap * 2 : RING_MIN);
+    if (rc < 0)
+      return rc;
+  }
+  a->ring[(a->head + a->len) & (a->cap - 1)] = msg;
+  a->len++;
+  return 0;
+}
+
+static void *ring_take(weft_actor *a) {
+  void *msg = a->ring[a->head];
+  a->head = (a->head + 1) & (a->cap - 1);
+  a->len--;
+  return msg;
+}
+
+/* A ring that once held a burst gives most of it back when the burst is
+ * over; halving only at a quarter full keeps a queue that hovers around
+ * one size from resizing back and forth. A failed shrink changes nothing. */
+static void ring_maybe_shrink(weft_actor *a) {
+  if (a->cap >= RING_SHRINK && a->len < a->cap / 4)
+    (void)ring_resize(a, a->cap / 2);
+}
+
+/* Queues msg and wakes the actor if it waits for one. */
+static int deliver(weft_actor *a, void *msg) {
+  int rc = ring_push(a, msg);
+  if (rc < 0)
+    return rc;
+  if (a->receiving) {
+    a->receiving = 0;
+    weft__wake(a->rec, 0);
+  }
+  return 0;
+}
+
+/* ---- spawning and ending ---------------------------------------------- */
+weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
+                                  void *arg, const weft_actor_opts *opts) {
+  weft_loop *loop = this_loop();
+  if (!loop || !fn) {
+    errno = EINVAL;
+    return NULL;
+  }
+  registry *r = registry_of(loop);
+  if (!r)
+    return NULL; /* ENOMEM */
+  uint64_t hash = name ? name_hash(name) : 0;
+  if (name && registry_find(r, name, hash)) {
+    errno = EEXIST;
+    return NULL;
+  }
+  if (name && registry_reserve(r) < 0) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  weft_actor *a = record_new(r);
+  if (!a)
+    return NULL; /* ENOMEM */
+  if (name && !(a->name = weft__strdup(name)))
+    goto fail;
+  weft_task_opts topts = {
+      .name = name, .stack_size = opts ? opts->stack_size : 0, .loop = loop};
+  weft_task *h = weft_spawn_opts(fn, arg, &topts);
+  if (!h)
+    goto fail;
+  /* From here nothing fails: the task runs, and finds its actor ready. */
+  weft_detach(h);
+  a->loop = loop;
+  a->hash = hash;
+  a->task = h;
+  a->rec = weft__task_record(h);
+  a->rec->on_exit = actor_exit;
+  a->rec->on_exit_arg = a;
+  a->bound = opts ? opts->mailbox_bound : 0;
+  a->release = opts ? opts->release : NULL;
+  a->release_arg = opts ? opts->release_arg : NULL;
+  a->senders = a->senders_tail = NULL;
+  a->receiving = 0;
+  a->state = ACTOR_LIVE;
+  if (name)
+    registry_insert(r, a);
+  return handle_of(a);
+fail:
+  record_free(r, a);
+  errno = ENOMEM;
+  return NULL;
+}
+
+weft_actor *weft_actor_spawn(const char *name, void *(*fn)(void *), void *arg) {
+  return weft_actor_spawn_opts(name, fn, arg, NULL);
+}
+
+/* The task's on_exit hook, in the task, right after fn returned. */
+static void actor_exit(weft_task *t, void *arg) {
+  weft_actor *a = arg;
+  registry *r = a->loop->actors;
+  /* Ended from here on: weft_actor_self is NULL, sends get -ENOENT (also
+   * those the release callback below might make), the name is free. */
+  t->on_exit = NULL;
+  a->state = ACTOR_ENDED;
+  a->task = NULL;
+  a->rec = NULL;
+  if (a->name)
+    registry_remove(r, a);
+  /* The waiting senders' messages were never queued: they stay theirs. */
+  while (a->senders) {
+    sender *s = a->senders;
+    a->senders = s->next;
+    weft__wake(s->task, -ENOENT);
+  }
+  a->senders_tail = NULL;
+  /* The rest goes to the release callback, oldest first. It is user code:
+   * the ring is re-read after each call. */
+  while (a->len) {
+    void *msg = ring_take(a);
+    if (a->release)
+      a->release(msg, a->release_arg);
+  }
+  record_free(r, a);
+}
+
+void weft__actors_free(weft_loop *loop) {
+  registry *r = loop->actors;
+  if (!r)
+    return;
+  loop->actors = NULL;
+  /* The tasks are gone (their stacks dropped, with any waiting senders on
+   * them): only what the records own is left, and the messages queued in
+   * the mailboxes of actors that never ended, which are released. */
+  while (r->all) {
+    weft_actor *a = r->all;
+    r->all = a->all;
+    while (a->state == ACTOR_LIVE && a->len) {
+      void *msg = ring_take(a);
+      if (a->release)
+        a->release(msg, a->release_arg);
+    }
+    weft__free(a->name);
+    weft__free(a->ring);
+    weft__free(a);
+  }
+  weft__free(r->buckets);
+  weft__free(r);
+}
+
+/* ---- sending ---------------------------------------------------------- */
+/* Takes a waiting send off its actor's list (cancelled, or out of time). */
+static void undo_send(weft_task *t, void *arg) {
+  sender *s = arg;
+  weft_actor *a = s->actor;
+  (void)t;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    a->senders = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  else
+    a->senders_tail = s->prev;
+}
+
+static int send_bounded(weft_actor *a, void *msg) {
+  weft_task *t = weft__running_task();
+  if (t) {
+    int rc = weft__checkpoint(); /* a blocking call: it checks first */
+    if (rc < 0)
+      return rc;
+  }
+  if (a->len < a->bound && !a->senders)
+    return deliver(a, msg);
+  if (!t)
+    return -EINVAL; /* it would have to wait, outside a task */
+  if (t == a->rec)
+    return -EDEADLK; /* only the actor itself could make room */
+  sender w = {t, a, msg, a->senders_tail, NULL};
+  if (a->senders_tail)
+    a->senders_tail->next = &w;
+  else
+    a->senders = &w;
+  a->senders_tail = &w;
+  /* 0: a receive moved msg into the mailbox. -ENOENT: the actor ended.
+   * -ECANCELED, -ETIMEDOUT: the undo took w off; msg was not queued.
+   * Either way w is off the list, and `a` must not be touched again. */
+  return weft__park(WAIT_MAILBOX, (int64_t)(uintptr_t)a, undo_send, &w);
+}
+
+static int send_to(weft_actor *a, void *msg) {
+  if (!a)
+    return -ENOENT;
+  if (weft__loop_running && weft__loop_running != a->loop)
+    return -EINVAL;
+  if (!a->bound)
+    return deliver(a, msg);
+  return send_bounded(a, msg);
+}
+
+int weft_actor_send_to(weft_actor *h, void *msg) {
+  if (!h)
+    return -EINVAL;
+  return send_to(record_of(h), msg);
+}
+
+int weft_actor_send(const char *name, void *msg) {
+  weft_loop *loop = this_loop();
+  if (!name || !loop)
+    return -EINVAL;
+  return send_to(registry_find(loop->actors, name, name_hash(name)), msg);
+}
+
+/* ---- receiving -------------------------------------------------------- */
+static void undo_recv(weft_task *t, void *arg) {
+  weft_actor *a = arg;
+  (void)t;
+  a->receiving = 0;
+}
+
+/* Takes the oldest message; a slot freed in a bounded mailbox goes to the
+ * first waiting sender, whose message joins the queue at once. */
+static void *take(weft_actor *a) {
+  void *msg = ring_take(a);
+  if (a->senders) {
+    sender *s = a->senders;
+    a->senders = s->next;
+    if (s->next)
+      s->next->prev = NULL;
+    else
+      a->senders_tail = NULL;
+    /* The slot just freed: cannot fail. */
+    a->ring[(a->head + a->len) & (a->cap - 1)] = s->msg;
+    a->len++;
+    weft__wake(s->task, 0);
+  } else {
+    ring_maybe_shrink(a);
+  }
+  return msg;
+}
+
+int weft_actor_recv(void **msg) {
+  weft_task *t;
+  weft_actor *a = running_actor(&t);
+  if (!a || !msg)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  /* The fairness rule: with a message waiting and other tasks ready, they
+   * run first. Without it an actor whose mailbox is never empty (one that
+   * sends to itself) would keep the CPU, and the mailboxes of the actors
+   * it feeds would grow without end. */
+  if (a->len && t->loop->ready_head && (rc = weft_yield()) < 0)
+    return rc;
+  while (!a->len) {
+    a->receiving = 1;
+    rc = weft__park(WAIT_MAILBOX, (int64_t)(uintptr_t)a, undo_recv, a);
+    a->receiving = 0;
+    if (rc < 0)
+      return rc;
+  }
+  *msg = take(a);
+  return 0;
+}
+
+/* ---- looking up ------------------------------------------------------- */
+weft_actor *weft_actor_lookup(const char *name) {
+  weft_loop *loop = this_loop();
+  if (!name || !loop)
+    return NULL;
+  weft_actor *a = registry_find(loop->actors, name, name_hash(name));
+  return a ? handle_of(a) : NULL;
+}
+
+weft_actor *weft_actor_self(void) {
+  weft_actor *a = running_actor(NULL);
+  return a ? handle_of(a) : NULL;
+}
+
+weft_task *weft_actor_task(weft_actor *h) {
+  weft_actor *a = h ? record_of(h) : NULL;
+  return a ? a->task : NULL;
+}

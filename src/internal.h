@@ -176,6 +176,10 @@ struct weft_loop {
   struct weft_future *future_cache;
   size_t future_cached;
 
+  /* Actors (actor.c): the registry of names and the actor records, or
+   * NULL before the first spawn. */
+  void *actors;
+
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
   void *backend_data; /* the backend's own state */
@@ -291,6 +295,10 @@ void weft__wake_fd_drain(weft_loop *loop);
 
 /* Frees the future records the loop kept (future.c). */
 void weft__futures_free(weft_loop *loop);
+
+/* Frees the loop's actor registry and records, releasing the messages
+ * still queued in mailboxes (actor.c). */
+void weft__actors_free(weft_loop *loop);
 
 /* Timers and callbacks (timer.c). weft__timers_fire runs every timer due
  * at loop->now; weft__callbacks_run the callbacks queued before it was

@@ -218,6 +218,7 @@ void weft_loop_free(weft_loop *loop) {
   weft__stack_trim();
   weft__timers_free(loop);
   weft__futures_free(loop);
+  weft__actors_free(loop);
   weft__fds_free(loop);
   loop->backend->fini(loop);
   wake_close(loop);

@@ -1,0 +1,908 @@
+/*
+ * Actors: named tasks with mailboxes (seed 000's ActorScheduler).
+ *
+ *  - names are unique per loop (EEXIST, and the refused actor never runs),
+ *    lookup, self, anonymous actors; -ENOENT for unknown names and for
+ *    actors that have ended, even once a new actor reuses the name and the
+ *    record (handle generations); misuse (-EINVAL) and no loop;
+ *  - an unbounded mailbox keeps order, also for sends made outside a task
+ *    before the loop runs, and through a burst that grows and shrinks it;
+ *  - a bounded mailbox: sends wait when it is full, blocked senders are
+ *    served FIFO, a send that must wait outside a task is -EINVAL, an actor
+ *    sending to its own full mailbox gets -EDEADLK;
+ *  - a blocked send cancelled (-ECANCELED) or past a scope's deadline
+ *    (-ETIMEDOUT) leaves nothing queued; one that completed before the
+ *    cancellation reports 0;
+ *  - weft_actor_recv cancelled (-ECANCELED, also when messages wait) and
+ *    past a deadline (-ETIMEDOUT);
+ *  - the release callback gets exactly the messages left when the actor
+ *    ends (counted, in order), or when the loop is freed with the actor
+ *    still there; senders blocked when it ends get -ENOENT and keep theirs;
+ *  - fairness: seed 000's counter and printer keep in step, the printer's
+ *    mailbox never holding more than 2 messages over a 100,000 countdown;
+ *  - memory: a 1,000,000 countdown needs no more memory than a 100,000 one;
+ *  - the deadlock rule: the printer left waiting for ever is cancelled,
+ *    its recv returns -ECANCELED and weft_main returns 0;
+ *  - another loop's task cannot send to an actor (-EINVAL);
+ *  - out of memory at each allocation in turn: clean failures, no leaks.
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+#define STOP P(-1)
+
+/* Lets the other tasks run until `a` has ended. */
+static void wait_ended(weft_actor *a) {
+  for (int i = 0; weft_actor_task(a) && i < 10000; i++)
+    weft_yield();
+  CHECK(weft_actor_task(a) == NULL);
+}
+
+/* What an actor saw. */
+#define MAXGOT 64
+typedef struct seen {
+  weft_actor *self;     /* weft_actor_self() inside it */
+  intptr_t got[MAXGOT]; /* the messages it received, in order */
+  int ngot;
+  int rc; /* its last recv's return value */
+  int ran;
+  weft_future *gate; /* if set, awaited before the first recv */
+  int take;          /* receive this many, then return (0: until STOP) */
+} seen;
+
+static void *recorder(void *arg) {
+  seen *s = arg;
+  s->ran = 1;
+  s->self = weft_actor_self();
+  if (s->gate)
+    CHECK_EQ(weft_await(s->gate, NULL), 0);
+  void *msg;
+  while ((s->rc = weft_actor_recv(&msg)) == 0) {
+    if (msg == STOP)
+      break;
+    CHECK_LT(s->ngot, MAXGOT);
+    s->got[s->ngot++] = I(msg);
+    if (s->take && s->ngot == s->take)
+      break;
+  }
+  return NULL;
+}
+
+static void check_got(const seen *s, const intptr_t *want, int n) {
+  CHECK_EQ(s->ngot, n);
+  for (int i = 0; i < n; i++)
+    CHECK_EQ(s->got[i], want[i]);
+}
+
+/* ---- names, lookup, self, ended actors -------------------------------- */
+static void *never_runs(void *arg) {
+  *(int *)arg = 1;
+  return NULL;
+}
+
+static void *recv_null(void *arg) {
+  *(int *)arg = weft_actor_recv(NULL);
+  return NULL;
+}
+
+static int names_main(void *unused) {
+  (void)unused;
+  seen s1 = {0};
+  int ran = 0;
+  weft_actor *a = weft_actor_spawn("a", recorder, &s1);
+  CHECK(a);
+  errno = 0;
+  CHECK(weft_actor_spawn("a", never_runs, &ran) == NULL);
+  CHECK_EQ(errno, EEXIST);
+  errno = 0;
+  CHECK(weft_actor_spawn("b", NULL, NULL) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK(weft_actor_lookup("b") == NULL); /* a failed spawn left nothing */
+
+  CHECK_PTR_EQ(weft_actor_lookup("a"), a);
+  CHECK(weft_actor_lookup("nobody") == NULL);
+  CHECK(weft_actor_lookup(NULL) == NULL);
+  CHECK(weft_actor_self() == NULL); /* a task, not an actor */
+  CHECK(weft_actor_task(a) != NULL);
+  CHECK(weft_actor_task(NULL) == NULL);
+  void *msg;
+  CHECK_EQ(weft_actor_recv(&msg), -EINVAL); /* not an actor */
+  CHECK_EQ(weft_actor_send("nobody", P(1)), -ENOENT);
+  CHECK_EQ(weft_actor_send(NULL, P(1)), -EINVAL);
+  CHECK_EQ(weft_actor_send_to(NULL, P(1)), -EINVAL);
+
+  /* Anonymous: only the handle finds it. */
+  seen s2 = {0};
+  weft_actor *anon = weft_actor_spawn(NULL, recorder, &s2);
+  CHECK(anon);
+  CHECK_PTR_NE(anon, a);
+  int null_rc = 0;
+  weft_actor *rn = weft_actor_spawn("recv_null", recv_null, &null_rc);
+  CHECK(rn);
+
+  CHECK_EQ(weft_actor_send("a", P(5)), 0);
+  CHECK_EQ(weft_actor_send_to(a, P(6)), 0);
+  CHECK_EQ(weft_actor_send("a", STOP), 0);
+  CHECK_EQ(weft_actor_send_to(anon, P(7)), 0);
+  CHECK_EQ(weft_actor_send_to(anon, STOP), 0);
+  wait_ended(a);
+  wait_ended(anon);
+  wait_ended(rn);
+  CHECK_EQ(null_rc, -EINVAL);
+  CHECK_PTR_EQ(s1.self, a);
+  CHECK_PTR_EQ(s2.self, anon);
+  check_got(&s1, (intptr_t[]){5, 6}, 2);
+  check_got(&s2, (intptr_t[]){7}, 1);
+  CHECK_EQ(ran, 0); /* the refused spawn never ran */
+
+  /* Ended: unregistered, and its handle refuses sends. */
+  CHECK(weft_actor_lookup("a") == NULL);
+  CHECK(weft_actor_task(a) == NULL);
+  CHECK_EQ(weft_actor_send("a", P(1)), -ENOENT);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), -ENOENT);
+  CHECK_EQ(weft_actor_send_to(anon, P(1)), -ENOENT);
+
+  /* The name is free again; the new actor may reuse the old record, but
+   * the old handle still names the actor that ended. */
+  seen s3 = {0};
+  weft_actor *a2 = weft_actor_spawn("a", recorder, &s3);
+  CHECK(a2);
+  CHECK_PTR_NE(a2, a);
+  CHECK_PTR_EQ(weft_actor_lookup("a"), a2);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), -ENOENT);
+  CHECK(weft_actor_task(a) == NULL);
+  CHECK(weft_actor_task(a2) != NULL);
+  CHECK_EQ(weft_actor_send_to(a2, P(8)), 0);
+  CHECK_EQ(weft_actor_send("a", STOP), 0);
+  wait_ended(a2);
+  check_got(&s3, (intptr_t[]){8}, 1);
+  CHECK_EQ(weft_actor_send_to(a2, P(1)), -ENOENT);
+  return 0;
+}
+
+static void test_names(void) {
+  /* No loop at all. */
+  errno = 0;
+  CHECK(weft_actor_spawn("x", never_runs, NULL) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK(weft_actor_lookup("x") == NULL);
+  CHECK_EQ(weft_actor_send("x", NULL), -EINVAL);
+  void *msg;
+  CHECK_EQ(weft_actor_recv(&msg), -EINVAL);
+  CHECK(weft_actor_self() == NULL);
+  CHECK_EQ(weft_main(names_main, NULL), 0);
+}
+
+/* Many actors, so the registry grows (and rehashes) with names in it. */
+static int many_main(void *unused) {
+  (void)unused;
+  enum { N = 300 };
+  static seen s[N];
+  static weft_actor *h[N];
+  char name[32];
+  for (int i = 0; i < N; i++) {
+    memset(&s[i], 0, sizeof s[i]);
+    snprintf(name, sizeof name, "actor-%d", i);
+    CHECK((h[i] = weft_actor_spawn(name, recorder, &s[i])));
+  }
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "actor-%d", i);
+    CHECK_PTR_EQ(weft_actor_lookup(name), h[i]);
+    CHECK_EQ(weft_actor_send(name, P(i)), 0);
+    CHECK_EQ(weft_actor_send(name, STOP), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    wait_ended(h[i]);
+    check_got(&s[i], (intptr_t[]){i}, 1);
+  }
+  return 0;
+}
+
+static void test_many(void) { CHECK_EQ(weft_main(many_main, NULL), 0); }
+
+/* ---- unbounded mailboxes ---------------------------------------------- */
+typedef struct burst {
+  intptr_t next; /* the message expected next */
+  int rc;
+} burst;
+
+static void *in_order(void *arg) {
+  burst *b = arg;
+  void *msg;
+  while ((b->rc = weft_actor_recv(&msg)) == 0 && msg != STOP)
+    CHECK_EQ(I(msg), b->next++);
+  return NULL;
+}
+
+static int burst_main(void *arg) {
+  burst *b = arg;
+  weft_actor *a = weft_actor_spawn("burst", in_order, b);
+  CHECK(a);
+  /* All queued before the actor first runs: the ring grows to hold them,
+   * and shrinks as they drain. */
+  for (int i = 0; i < 5000; i++)
+    CHECK_EQ(weft_actor_send("burst", P(i)), 0);
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  wait_ended(a);
+  return 0;
+}
+
+static void test_unbounded(void) {
+  burst b = {0, 1};
+  CHECK_EQ(weft_main(burst_main, &b), 0);
+  CHECK_EQ(b.next, 5000);
+  CHECK_EQ(b.rc, 0);
+
+  /* Sent from outside any task, before the loop runs. */
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  burst c = {0, 1};
+  weft_actor *a = weft_actor_spawn("outside", in_order, &c);
+  CHECK(a);
+  for (int i = 0; i < 100; i++)
+    CHECK_EQ(weft_actor_send("outside", P(i)), 0);
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_EQ(c.next, 100);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), -ENOENT);
+  weft_loop_free(loop);
+}
+
+/* ---- bounded mailboxes ------------------------------------------------ */
+typedef struct send_job {
+  weft_actor *to;
+  intptr_t msg;
+  int rc;
+  int done;
+  int64_t deadline; /* WEFT_NEVER: no scope */
+  int scope_rc;
+} send_job;
+
+static void *sender_task(void *arg) {
+  send_job *j = arg;
+  if (j->deadline != WEFT_NEVER) {
+    weft_scope s;
+    weft_scope_enter(&s, j->deadline);
+    j->rc = weft_actor_send_to(j->to, P(j->msg));
+    j->scope_rc = weft_scope_exit(&s);
+  } else {
+    j->rc = weft_actor_send_to(j->to, P(j->msg));
+  }
+  j->done = 1;
+  return NULL;
+}
+
+static weft_task *start_sender(send_job *j, weft_actor *to, intptr_t msg) {
+  *j = (send_job){to, msg, 1, 0, WEFT_NEVER, 1};
+  weft_task *t = weft_spawn(sender_task, j);
+  CHECK(t);
+  return t;
+}
+
+static void settle(void) {
+  for (int i = 0; i < 10; i++)
+    weft_yield();
+}
+
+static int fifo_main(void *unused) {
+  (void)unused;
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  seen s = {.gate = gate};
+  weft_actor_opts o = {.mailbox_bound = 2};
+  weft_actor *a = weft_actor_spawn_opts("bounded", recorder, &s, &o);
+  CHECK(a);
+  /* Room for two: these do not wait. */
+  CHECK_EQ(weft_actor_send_to(a, P(1)), 0);
+  CHECK_EQ(weft_actor_send("bounded", P(2)), 0);
+  send_job j[3];
+  weft_task *t[3];
+  for (int i = 0; i < 3; i++)
+    t[i] = start_sender(&j[i], a, 10 + i);
+  settle();
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(j[i].done, 0); /* all three wait, in that order */
+  CHECK_EQ(s.ngot, 0);
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0); /* waits behind them */
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+    CHECK_EQ(j[i].rc, 0);
+  }
+  wait_ended(a);
+  check_got(&s, (intptr_t[]){1, 2, 10, 11, 12}, 5);
+  weft_future_release(gate);
+  return 0;
+}
+
+static void *self_sender(void *arg) {
+  int *rc = arg;
+  CHECK_EQ(weft_actor_send_to(weft_actor_self(), P(1)), 0);
+  rc[0] = weft_actor_send_to(weft_actor_self(), P(2)); /* full: only it */
+  void *msg;
+  rc[1] = weft_actor_recv(&msg);
+  CHECK_EQ(I(msg), 1);
+  return NULL;
+}
+
+static int deadlk_main(void *unused) {
+  (void)unused;
+  int rc[2] = {1, 1};
+  weft_actor_opts o = {.mailbox_bound = 1};
+  weft_actor *a = weft_actor_spawn_opts("self", self_sender, rc, &o);
+  CHECK(a);
+  wait_ended(a);
+  CHECK_EQ(rc[0], -EDEADLK);
+  CHECK_EQ(rc[1], 0);
+  return 0;
+}
+
+static void test_bounded(void) {
+  CHECK_EQ(weft_main(fifo_main, NULL), 0);
+  CHECK_EQ(weft_main(deadlk_main, NULL), 0);
+
+  /* Outside a task: a send that would wait is refused. */
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  seen s = {0};
+  weft_actor_opts o = {.mailbox_bound = 1};
+  weft_actor *a = weft_actor_spawn_opts("outside", recorder, &s, &o);
+  CHECK(a);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), 0);
+  CHECK_EQ(weft_actor_send_to(a, P(2)), -EINVAL);
+  CHECK_EQ(weft_loop_run(loop), 0); /* takes 1, then the deadlock rule */
+  check_got(&s, (intptr_t[]){1}, 1);
+  CHECK_EQ(s.rc, -ECANCELED);
+  weft_loop_free(loop);
+}
+
+/* ---- cancelled and timed-out sends ------------------------------------ */
+static int send_cancel_main(void *unused) {
+  (void)unused;
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  seen s = {.gate = gate};
+  weft_actor_opts o = {.mailbox_bound = 1};
+  weft_actor *a = weft_actor_spawn_opts("c", recorder, &s, &o);
+  CHECK(a);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), 0);
+  send_job j[3];
+  weft_task *t0 = start_sender(&j[0], a, 2);
+  weft_task *t1 = start_sender(&j[1], a, 3);
+  settle();
+  /* The first waiting sender is cancelled: its message never arrives,
+   * and the one behind it moves up. */
+  CHECK_EQ(weft_cancel(t0), 0);
+  CHECK_EQ(weft_join(t0, NULL), 0);
+  CHECK_EQ(j[0].rc, -ECANCELED);
+  /* One whose deadline passes while it waits. */
+  j[2] = (send_job){a, 4, 1, 0, weft_now() + WEFT_MS(20), 1};
+  weft_task *t2 = weft_spawn(sender_task, &j[2]);
+  CHECK(t2);
+  CHECK_EQ(weft_join(t2, NULL), 0);
+  CHECK_EQ(j[2].rc, -ETIMEDOUT);
+  CHECK_EQ(j[2].scope_rc, -ETIMEDOUT);
+  CHECK_EQ(j[1].done, 0);
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  CHECK_EQ(weft_join(t1, NULL), 0);
+  CHECK_EQ(j[1].rc, 0);
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  wait_ended(a);
+  check_got(&s, (intptr_t[]){1, 3}, 2);
+  weft_future_release(gate);
+  return 0;
+}
+
+/* An actor that, having received the message that let a waiting sender
+ * in, cancels that sender: the send completed, and reports 0. */
+typedef struct late {
+  weft_future *gate; /* opened once the sender waits */
+  weft_task *sender;
+  intptr_t got[4];
+  int ngot;
+} late;
+
+static void *late_canceller(void *arg) {
+  late *l = arg;
+  void *msg;
+  CHECK_EQ(weft_await(l->gate, NULL), 0);
+  CHECK_EQ(weft_actor_recv(&msg), 0); /* the sender's message moves in */
+  l->got[l->ngot++] = I(msg);
+  CHECK_EQ(weft_cancel(l->sender), 0);
+  CHECK_EQ(weft_actor_recv(&msg), 0);
+  l->got[l->ngot++] = I(msg);
+  return NULL;
+}
+
+static int late_main(void *unused) {
+  (void)unused;
+  late l = {.gate = weft_future_new()};
+  CHECK(l.gate);
+  weft_actor_opts o = {.mailbox_bound = 1};
+  weft_actor *a = weft_actor_spawn_opts("late", late_canceller, &l, &o);
+  CHECK(a);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), 0);
+  send_job j;
+  l.sender = start_sender(&j, a, 2);
+  settle();
+  CHECK_EQ(j.done, 0); /* it waits for room */
+  CHECK_EQ(weft_future_set_result(l.gate, NULL), 0);
+  CHECK_EQ(weft_join(l.sender, NULL), 0);
+  CHECK_EQ(j.rc, 0);
+  wait_ended(a);
+  CHECK_EQ(l.ngot, 2);
+  CHECK_EQ(l.got[0], 1);
+  CHECK_EQ(l.got[1], 2);
+  weft_future_release(l.gate);
+  return 0;
+}
+
+static void test_send_cancel(void) {
+  CHECK_EQ(weft_main(send_cancel_main, NULL), 0);
+  CHECK_EQ(weft_main(late_main, NULL), 0);
+}
+
+/* ---- cancelled and timed-out receives --------------------------------- */
+typedef struct rstate {
+  int rc_deadline, scope_rc, rc_after, rc_cancel;
+  intptr_t after;
+} rstate;
+
+static void *receiver(void *arg) {
+  rstate *r = arg;
+  void *msg = NULL;
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(20));
+  r->rc_deadline = weft_actor_recv(&msg);
+  r->scope_rc = weft_scope_exit(&s);
+  r->rc_after = weft_actor_recv(&msg); /* the deadline is gone */
+  r->after = I(msg);
+  r->rc_cancel = weft_actor_recv(&msg); /* until cancelled */
+  return NULL;
+}
+
+typedef struct released {
+  int n;
+  intptr_t msgs[64];
+  int ran;
+} released;
+
+static void record_release(void *msg, void *arg) {
+  released *r = arg;
+  CHECK_LT(r->n, 64);
+  r->msgs[r->n++] = I(msg);
+}
+
+static void *must_not_recv(void *arg) {
+  released *r = arg;
+  r->ran = 1;
+  void *msg = P(99);
+  CHECK_EQ(weft_actor_recv(&msg), -ECANCELED); /* messages wait, even so */
+  CHECK_EQ(I(msg), 99);
+  return NULL;
+}
+
+static int recv_cancel_main(void *unused) {
+  (void)unused;
+  rstate r = {1, 1, 1, 1, 0};
+  weft_actor *a = weft_actor_spawn("r", receiver, &r);
+  CHECK(a);
+  CHECK_EQ(weft_sleep(WEFT_MS(40)), 0);
+  CHECK_EQ(r.rc_deadline, -ETIMEDOUT);
+  CHECK_EQ(r.scope_rc, -ETIMEDOUT);
+  CHECK_EQ(weft_actor_send_to(a, P(42)), 0);
+  settle();
+  CHECK_EQ(r.rc_after, 0);
+  CHECK_EQ(r.after, 42);
+  CHECK_EQ(r.rc_cancel, 1); /* waiting */
+  CHECK_EQ(weft_cancel(weft_actor_task(a)), 0);
+  wait_ended(a);
+  CHECK_EQ(r.rc_cancel, -ECANCELED);
+
+  /* Cancelled with messages waiting: recv returns -ECANCELED and takes
+   * none, so all of them go to the release callback. */
+  released rel = {0};
+  weft_actor_opts o = {.release = record_release, .release_arg = &rel};
+  weft_actor *b = weft_actor_spawn_opts("b", must_not_recv, &rel, &o);
+  CHECK(b);
+  for (int i = 1; i <= 3; i++)
+    CHECK_EQ(weft_actor_send_to(b, P(i)), 0);
+  CHECK_EQ(weft_cancel(weft_actor_task(b)), 0);
+  wait_ended(b);
+  CHECK_EQ(rel.ran, 1);
+  CHECK_EQ(rel.n, 3);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(rel.msgs[i], i + 1);
+  return 0;
+}
+
+static void test_recv_cancel(void) {
+  CHECK_EQ(weft_main(recv_cancel_main, NULL), 0);
+}
+
+/* ---- release of leftovers --------------------------------------------- */
+/* Messages are malloc'd, and freed by whoever ends up with them: the
+ * actor, or the release callback. Valgrind and ASan see any that leak. */
+typedef struct heapmsgs {
+  int released;
+  intptr_t sum; /* of the released values */
+  int got;
+} heapmsgs;
+
+static void free_release(void *msg, void *arg) {
+  heapmsgs *h = arg;
+  h->released++;
+  h->sum += *(intptr_t *)msg;
+  free(msg);
+  /* Called from the actor's task as it ends (not at weft_loop_free): it
+   * has ended already, so sends to it fail, and nothing is queued. */
+  if (weft_self()) {
+    CHECK(weft_actor_self() == NULL);
+    CHECK_EQ(weft_actor_send("leaky", P(1)), -ENOENT);
+  }
+}
+
+static void *take_two(void *arg) {
+  heapmsgs *h = arg;
+  for (int i = 0; i < 2; i++) {
+    void *msg;
+    CHECK_EQ(weft_actor_recv(&msg), 0);
+    CHECK_EQ(*(intptr_t *)msg, i + 1);
+    free(msg);
+    h->got++;
+  }
+  return NULL;
+}
+
+static void *heap_msg(intptr_t v) {
+  intptr_t *p = malloc(sizeof *p);
+  CHECK(p);
+  *p = v;
+  return p;
+}
+
+static void *gated_quitter(void *arg) {
+  CHECK_EQ(weft_await(arg, NULL), 0);
+  return NULL; /* without receiving */
+}
+
+static int release_main(void *unused) {
+  (void)unused;
+  heapmsgs h = {0};
+  weft_actor_opts o = {.release = free_release, .release_arg = &h};
+  weft_actor *a = weft_actor_spawn_opts("leaky", take_two, &h, &o);
+  CHECK(a);
+  for (int i = 1; i <= 5; i++)
+    CHECK_EQ(weft_actor_send_to(a, heap_msg(i)), 0);
+  wait_ended(a);
+  CHECK_EQ(h.got, 2);
+  CHECK_EQ(h.released, 3);
+  CHECK_EQ(h.sum, 3 + 4 + 5);
+
+  /* Senders still waiting when the actor ends get -ENOENT, and their
+   * messages are not released: they were never queued. */
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  released rel = {0};
+  weft_actor_opts ob = {
+      .mailbox_bound = 1, .release = record_release, .release_arg = &rel};
+  weft_actor *b = weft_actor_spawn_opts("quits", gated_quitter, gate, &ob);
+  CHECK(b);
+  CHECK_EQ(weft_actor_send_to(b, P(1)), 0);
+  send_job j[2];
+  weft_task *t0 = start_sender(&j[0], b, 2);
+  weft_task *t1 = start_sender(&j[1], b, 3);
+  settle();
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  CHECK_EQ(weft_join(t0, NULL), 0);
+  CHECK_EQ(weft_join(t1, NULL), 0);
+  CHECK_EQ(j[0].rc, -ENOENT);
+  CHECK_EQ(j[1].rc, -ENOENT);
+  wait_ended(b);
+  CHECK_EQ(rel.n, 1);
+  CHECK_EQ(rel.msgs[0], 1);
+  weft_future_release(gate);
+  return 0;
+}
+
+static void test_release(void) {
+  CHECK_EQ(weft_main(release_main, NULL), 0);
+
+  /* The loop freed with the actor never having run: its queued messages
+   * are released all the same, and it never runs. */
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  heapmsgs h = {0};
+  weft_actor_opts o = {.release = free_release, .release_arg = &h};
+  int ran = 0;
+  CHECK(weft_actor_spawn_opts("never", never_runs, &ran, &o));
+  for (int i = 1; i <= 3; i++)
+    CHECK_EQ(weft_actor_send("never", heap_msg(i * 10)), 0);
+  weft_loop_free(loop);
+  CHECK_EQ(ran, 0);
+  CHECK_EQ(h.released, 3);
+  CHECK_EQ(h.sum, 60);
+}
+
+/* ---- seed 000's counter and printer ----------------------------------- */
+typedef struct countdown {
+  intptr_t start;
+  intptr_t expect;     /* the printer's next message */
+  long sent, received; /* messages to the printer, sent and taken */
+  long most_queued;    /* the most the printer's mailbox held */
+  int printer_rc;      /* its last recv: -ECANCELED, by the deadlock rule */
+  int sample_every;    /* 0: no RSS samples */
+  size_t rss_max;
+} countdown;
+
+static countdown *cd;
+
+static void *printer(void *unused) {
+  (void)unused;
+  void *msg;
+  while ((cd->printer_rc = weft_actor_recv(&msg)) == 0) {
+    CHECK_EQ(I(msg), cd->expect); /* print('Got:', msg) */
+    cd->expect--;
+    cd->received++;
+    if (cd->sample_every && cd->received % cd->sample_every == 0) {
+      size_t rss = check_rss();
+      if (rss > cd->rss_max)
+        cd->rss_max = rss;
+    }
+  }
+  return NULL;
+}
+
+static void *counter(void *unused) {
+  (void)unused;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0) {
+    intptr_t n = I(msg);
+    if (n == 0)
+      break;
+    CHECK_EQ(weft_actor_send("printer", P(n)), 0);
+    cd->sent++;
+    long queued = cd->sent - cd->received;
+    if (queued > cd->most_queued)
+      cd->most_queued = queued;
+    CHECK_EQ(weft_actor_send("counter", P(n - 1)), 0);
+  }
+  return NULL;
+}
+
+static int countdown_main(void *unused) {
+  (void)unused;
+  CHECK(weft_actor_spawn("printer", printer, NULL));
+  CHECK(weft_actor_spawn("counter", counter, NULL));
+  CHECK_EQ(weft_actor_send("counter", P(cd->start)), 0);
+  return 0; /* the actors run on; the printer is left waiting */
+}
+
+static void run_countdown(countdown *c, intptr_t n, int sample_every) {
+  *c = (countdown){n, n, 0, 0, 0, 1, sample_every, 0};
+  cd = c;
+  CHECK_EQ(weft_main(countdown_main, NULL), 0);
+  CHECK_EQ(c->expect, 0);
+  CHECK_EQ(c->received, n);
+  CHECK_EQ(c->printer_rc, -ECANCELED); /* the deadlock rule ended it */
+}
+
+static int scale_down(void) { return RUNNING_ON_VALGRIND || CHECK_ASAN; }
+
+static void test_fairness(void) {
+  countdown c;
+  run_countdown(&c, scale_down() ? 10000 : 100000, 0);
+  CHECK_LE(c.most_queued, 2);
+  CHECK_GE(c.most_queued, 1);
+}
+
+static void test_memory(void) {
+  intptr_t small = scale_down() ? 10000 : 100000, big = small * 10;
+  countdown c1, c2;
+  run_countdown(&c1, small, 1000);
+  run_countdown(&c2, big, 1000);
+  CHECK_LE(c1.most_queued, 2);
+  CHECK_LE(c2.most_queued, 2);
+  CHECK_GT(c1.rss_max, 0);
+  /* Ten times the messages, no more memory (a mailbox that grew with the
+   * count would hold 8 MB of pointers at a million). */
+  CHECK_LT((long long)c2.rss_max - (long long)c1.rss_max, 1 << 20);
+}
+
+/* ---- the deadlock rule ------------------------------------------------ */
+static void *waits_forever(void *arg) {
+  int *rc = arg;
+  void *msg;
+  *rc = weft_actor_recv(&msg);
+  return NULL;
+}
+
+static int forever_main(void *arg) {
+  CHECK(weft_actor_spawn("forever", waits_forever, arg));
+  return 0;
+}
+
+static void test_deadlock(void) {
+  int rc = 1;
+  CHECK_EQ(weft_main(forever_main, &rc), 0);
+  CHECK_EQ(rc, -ECANCELED);
+}
+
+/* ---- another loop ----------------------------------------------------- */
+static weft_actor *other_loops;
+
+static void *foreign_sender(void *arg) {
+  int *rc = arg;
+  rc[0] = weft_actor_send_to(other_loops, P(1));
+  rc[1] = weft_actor_send("home", P(1)); /* names are per loop */
+  return NULL;
+}
+
+static void test_other_loop(void) {
+  weft_loop *home = weft_loop_new(NULL);
+  CHECK(home);
+  int rc_home = 1;
+  CHECK((other_loops = weft_actor_spawn("home", waits_forever, &rc_home)));
+  weft_loop *away = weft_loop_new(NULL);
+  CHECK(away);
+  int rc[2] = {1, 1};
+  weft_task_opts to = {.loop = away};
+  weft_task *t = weft_spawn_opts(foreign_sender, rc, &to);
+  CHECK(t);
+  CHECK_EQ(weft_loop_run(away), 0);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(rc[0], -EINVAL);
+  CHECK_EQ(rc[1], -ENOENT);
+  weft_loop_free(away);
+  CHECK_EQ(weft_loop_run(home), 0);
+  CHECK_EQ(rc_home, -ECANCELED);
+  weft_loop_free(home);
+}
+
+/* ---- out of memory ----------------------------------------------------
+ * An allocator that fails its n-th call, for n = 1, 2, ... until a run
+ * goes through without failing: every failure must be clean (a spawn that
+ * failed gives NULL and ENOMEM, and its actor never runs; a send -ENOMEM,
+ * and its message was not queued) and, once the loop is freed, nothing
+ * may be left allocated. In a child process: the allocator is replaced
+ * for good there. */
+static long oom_calls, oom_fail_at, oom_outstanding, oom_failures;
+
+static void *oom_malloc(size_t n) {
+  if (oom_fail_at && ++oom_calls == oom_fail_at) {
+    oom_failures++;
+    return NULL;
+  }
+  void *p = malloc(n);
+  oom_outstanding += p != NULL;
+  return p;
+}
+
+static void *oom_realloc(void *p, size_t n) {
+  if (oom_fail_at && ++oom_calls == oom_fail_at) {
+    oom_failures++;
+    return NULL;
+  }
+  void *q = realloc(p, n);
+  oom_outstanding += q && !p;
+  return q;
+}
+
+static void oom_free(void *p) {
+  oom_outstanding -= p != NULL;
+  free(p);
+}
+
+#define OOM_ACTORS 20 /* more than the registry's first 16 buckets */
+#define OOM_MSGS   20 /* more than a mailbox's first 8 slots */
+
+typedef struct oom_count {
+  int started, spawned;
+  long sent, received, released;
+} oom_count;
+
+static void oom_release(void *msg, void *arg) {
+  (void)msg;
+  ((oom_count *)arg)->released++;
+}
+
+static void *oom_actor(void *arg) {
+  oom_count *c = arg;
+  c->started++;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0 && msg != STOP)
+    c->received++;
+  return NULL;
+}
+
+static int oom_main(void *arg) {
+  oom_count *c = arg;
+  weft_actor *h[OOM_ACTORS];
+  char name[32];
+  for (int i = 0; i < OOM_ACTORS; i++) {
+    snprintf(name, sizeof name, "oom-%d", i);
+    weft_actor_opts o = {.mailbox_bound = i % 2 ? 0 : OOM_MSGS,
+                         .release = oom_release,
+                         .release_arg = c};
+    errno = 0;
+    if (!(h[i] = weft_actor_spawn_opts(name, oom_actor, c, &o))) {
+      CHECK_EQ(errno, ENOMEM);
+      CHECK(weft_actor_lookup(name) == NULL);
+      continue;
+    }
+    c->spawned++;
+  }
+  for (int i = 0; i < OOM_ACTORS; i++)
+    for (int m = 0; h[i] && m < OOM_MSGS; m++) {
+      int rc = weft_actor_send_to(h[i], P(m));
+      if (rc != -ENOMEM) {
+        CHECK_EQ(rc, 0);
+        c->sent++;
+      }
+    }
+  /* The actors are left waiting (or told to stop, memory permitting): the
+   * deadlock rule ends those still there. */
+  for (int i = 0; i < OOM_ACTORS; i++)
+    if (h[i])
+      (void)weft_actor_send_to(h[i], STOP);
+  return 0;
+}
+
+static void oom_child(void *unused) {
+  (void)unused;
+  CHECK_EQ(weft_replace_allocator(oom_malloc, oom_realloc, oom_free), 0);
+  for (long n = 1;; n++) {
+    oom_count c = {0};
+    oom_calls = oom_failures = 0;
+    oom_fail_at = n;
+    int rc = weft_main(oom_main, &c);
+    oom_fail_at = 0;
+    CHECK(rc == 0 || rc == -ENOMEM);
+    CHECK_EQ(c.started, c.spawned);
+    CHECK_EQ(c.received + c.released, c.sent);
+    if (oom_outstanding != 0) {
+      fprintf(stderr, "failing allocation %ld: %ld blocks left\n", n,
+              oom_outstanding);
+      exit(1);
+    }
+    if (!oom_failures) {
+      CHECK_EQ(rc, 0);
+      CHECK_EQ(c.spawned, OOM_ACTORS);
+      CHECK_EQ(c.sent, OOM_ACTORS * OOM_MSGS);
+      CHECK_GT(n, 20);
+      break;
+    }
+  }
+}
+
+static void test_oom(void) {
+  check_child res;
+  check_child_run(oom_child, NULL, &res, 60);
+  CHECK_EXITED(res, 0);
+}
+
+int main(void) {
+  test_names();
+  test_many();
+  test_unbounded();
+  test_bounded();
+  test_send_cancel();
+  test_recv_cancel();
+  test_release();
+  test_fairness();
+  test_memory();
+  test_deadlock();
+  test_other_loop();
+  test_oom();
+  printf("test_actor: ok\n");
+  return 0;
+}
