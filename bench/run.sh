@@ -3,7 +3,8 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks|timers|future]  (no argument: all five)
+#   bench/run.sh [switch|spawn|tasks|timers|future|chan]  (no argument: all
+#                                          six)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
 #                                          (its own environment: DURATION, ...)
 #
@@ -19,11 +20,13 @@
 #   TIMERS_REPEAT runs of the timers benchmark and its peers (default 3: a
 #                 run of the three takes about 20 s, its arm_fire rounds
 #                 waiting out real deadlines of up to a second)
-#   PYTHON        the interpreter of the future peers (bench/peer_future.py:
+#   PYTHON        the interpreter of the Python peers (bench/peer_future.py:
 #                 asyncio, and uvloop if it imports); default: the first of
 #                 python3 and /usr/bin/python3 that imports uvloop (Debian's
 #                 python3-uvloop is for /usr/bin/python3, which a pyenv or
-#                 venv python3 earlier on PATH does not see), else python3
+#                 venv python3 earlier on PATH does not see), else python3.
+#                 The chan benchmark's actor peer (bench/peer_actors.py, the
+#                 standard library only) runs on $PYTHON, else python3
 #   CI            with CI=true, as root, missing peer packages are installed
 #
 # Why runs and rounds: on a small shared VM one run is not a figure. The
@@ -50,8 +53,8 @@ die() { note "$*"; exit 1; }
 
 what=${1:-all}
 case $what in
-  all | switch | spawn | tasks | timers | future | echo) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|future|echo]" ;;
+  all | switch | spawn | tasks | timers | future | chan | echo) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|echo]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -145,6 +148,16 @@ if [ $have_go = 1 ]; then
     have_go=0
   fi
 fi
+have_go_chan=0
+if [ $have_go = 1 ] && { [ "$what" = all ] || [ "$what" = chan ]; }; then
+  if env GOCACHE="$bin/go/cache" GOPATH="$bin/go/path" GO111MODULE=off \
+    GOFLAGS= go build -o "$bin/bench_peer_go_chan" \
+    "$here/peer_go_chan/main.go" >&2; then
+    have_go_chan=1
+  else
+    note "the go chan peer is skipped: go build failed"
+  fi
+fi
 
 # The future peers: Python's asyncio, and uvloop when the interpreter
 # chosen can import it (see PYTHON above).
@@ -179,6 +192,19 @@ if [ "$what" = all ] || [ "$what" = future ]; then
   [ -z "$py" ] || note "future peers: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
 fi
 
+# The actor peer of the chan benchmark: the seed's ActorScheduler, plain
+# Python (generators and a deque), on $PYTHON or python3.
+pya=
+if [ "$what" = all ] || [ "$what" = chan ]; then
+  c=${PYTHON:-python3}
+  if "$c" -c 'import collections' >/dev/null 2>&1; then
+    pya=$c
+    note "actor peer: $pya ($("$pya" -c 'import sys; print(sys.version.split()[0])'))"
+  else
+    note "the python actor peer is skipped: $c does not run"
+  fi
+fi
+
 # ---- running ----------------------------------------------------------
 pin=()
 if command -v taskset >/dev/null 2>&1 && taskset -c 1 true 2>/dev/null; then
@@ -195,6 +221,14 @@ trap 'rm -f "$out"' EXIT
 # One run of a program; its figures are added to $out.
 run1() {
   if ! ${pin[@]+"${pin[@]}"} "$@" >>"$out"; then
+    note "failed: $*"
+    status=1
+  fi
+}
+
+# The same, not pinned: for a program meant to use two CPUs.
+run1_unpinned() {
+  if ! "$@" >>"$out"; then
     note "failed: $*"
     status=1
   fi
@@ -221,7 +255,8 @@ report() {
         for (a = 1; a <= m; a++) runs = runs " " s[a]
         printf "bench: %s runs:%s\n", name, runs > "/dev/stderr"
         fmt = unit[name] == "ns" ? "%s %.1f %s\n" : \
-              unit[name] == "faults" ? "%s %.2f %s\n" : "%s %.0f %s\n"
+              unit[name] == "faults" || unit[name] == "pct" ? \
+              "%s %.2f %s\n" : "%s %.0f %s\n"
         printf fmt, name, med, unit[name]
         med_of[name] = med
       }
@@ -254,6 +289,25 @@ report() {
           if ((op[f] in med_of) && (o in med_of) && med_of[op[f]] > 0)
             printf "%s_vs_%s %.2f x\n", op[f], py[p], med_of[o] / med_of[op[f]]
         }
+      # The chan figures, each as "how many times faster weft is" (above
+      # 1: weft is faster): the Go ns over weft ns, and weft msgs/s over
+      # the peer msgs/s. go: GOMAXPROCS=1, go_p2: GOMAXPROCS=2 (unpinned).
+      nop = split("chan_pingpong_unbuffered chan_pingpong_buffered " \
+        "select_pingpong mutex_uncontended mutex_contended", op, " ")
+      split("go go_p2", gp, " ")
+      for (p = 1; p <= 2; p++)
+        for (f = 1; f <= nop; f++) {
+          o = gp[p] "_" op[f]
+          if ((op[f] in med_of) && (o in med_of) && med_of[op[f]] > 0)
+            printf "%s_vs_%s %.2f x\n", op[f], gp[p], med_of[o] / med_of[op[f]]
+        }
+      split("go go_p2 python", ap, " ")
+      for (p = 1; p <= 3; p++) {
+        o = ap[p] "_actor_msgs_per_s"
+        if (("actor_msgs_per_s" in med_of) && (o in med_of) && med_of[o] > 0)
+          printf "actor_msgs_per_s_vs_%s %.2f x\n", ap[p],
+            med_of["actor_msgs_per_s"] / med_of[o]
+      }
     }' "$out"
   : >"$out"
 }
@@ -313,8 +367,26 @@ bench_future() {
   report
 }
 
+# weft, Go (GOMAXPROCS=1, pinned like the rest; then GOMAXPROCS=2, not
+# pinned, so that its two Ps can be on two CPUs) and the seed's Python
+# ActorScheduler, interleaved; each run reports the median of its own 7
+# rounds per figure (chan.c, peer_go_chan/main.go, peer_actors.py).
+bench_chan() {
+  local i
+  for ((i = 0; i < REPEAT; i++)); do
+    run1 "$bin/bench_chan"
+    [ $have_go_chan = 0 ] || run1 "$bin/bench_peer_go_chan"
+    [ -z "$pya" ] || run1 "$pya" "$here/peer_actors.py"
+    [ $have_go_chan = 0 ] || run1_unpinned "$bin/bench_peer_go_chan" -p 2
+  done
+  report
+}
+
 case $what in
-  all) bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future ;;
+  all)
+    bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future
+    bench_chan
+    ;;
   *) "bench_$what" ;;
 esac
 exit $status
