@@ -607,9 +607,10 @@ static void *future_waiter(void *arg) {
   return NULL;
 }
 
-static void *sleep_until_stop(void *arg) {
-  while (!stop_flag)
-    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+/* Sleeps until cancelled: long enough that no timer fires before the
+ * dump, however slow the machine (valgrind, qemu). */
+static void *sleep_until_cancelled(void *arg) {
+  CHECK_EQ(weft_sleep(WEFT_SEC(100)), -ECANCELED);
   return arg;
 }
 
@@ -628,8 +629,8 @@ static int dump_waits_main(void *arg) {
   CHECK(f && g);
   weft_task *rd = weft_spawn(scoped_reader, NULL);
   weft_task *fw = weft_spawn(future_waiter, f);
-  weft_task *sl = weft_spawn(sleep_until_stop, NULL);
-  CHECK(weft_group_spawn(g, sleep_until_stop, NULL) != NULL);
+  weft_task *sl = weft_spawn(sleep_until_cancelled, NULL);
+  CHECK(weft_group_spawn(g, sleep_until_cancelled, NULL) != NULL);
   weft_task *gw = weft_spawn(group_waiter, g);
   CHECK(rd && fw && sl && gw);
   stop_flag = 0;
@@ -658,7 +659,8 @@ static int dump_waits_main(void *arg) {
   CHECK_CONTAINS(buf, line);
   free(buf);
 
-  stop_flag = 1;
+  CHECK_EQ(weft_cancel(sl), 0);
+  weft_group_cancel(g);
   CHECK_EQ(weft_cancel(rd), 0);
   CHECK_EQ(weft_future_cancel(f), 1);
   CHECK_EQ(weft_join(rd, NULL), 0);
