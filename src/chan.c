@@ -196,25 +196,29 @@ static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
 
 int weft_chan_send(weft_chan *c, const void *elem) {
   weft_task *t = weft__running_task();
-  if (!c || !elem || !t)
+  if (!c || !elem)
     return -EINVAL;
-  int rc = weft__checkpoint();
+  int rc = t ? weft__checkpoint() : 0;
   if (rc < 0)
     return rc;
   if ((rc = send_now(c, elem)) != -EAGAIN)
     return rc;
+  if (!t)
+    return -EINVAL; /* it would have to wait, and only a task can */
   return wait_op(t, c, WEFT_SEND, (void *)elem);
 }
 
 int weft_chan_recv(weft_chan *c, void *elem) {
   weft_task *t = weft__running_task();
-  if (!c || !elem || !t)
+  if (!c || !elem)
     return -EINVAL;
-  int rc = weft__checkpoint();
+  int rc = t ? weft__checkpoint() : 0;
   if (rc < 0)
     return rc;
   if ((rc = recv_now(c, elem)) != -EAGAIN)
     return rc;
+  if (!t)
+    return -EINVAL; /* it would have to wait, and only a task can */
   return wait_op(t, c, WEFT_RECV, elem);
 }
 

@@ -1,0 +1,928 @@
+/*
+ * Task-aware synchronisation: mutex, condition variable, semaphore, event.
+ *
+ *  - mutex: FIFO hand-off with no barging (the owner unlocks and its own
+ *    trylock right after is -EBUSY, because the first waiter owns it now;
+ *    waiters acquire in the order they came); -EDEADLK on a relock by the
+ *    owner (nothing changes); -EPERM unlocking a mutex never locked, or
+ *    held by another task (the owner keeps it); trylock; a blocked lock
+ *    cancelled (from another task, or before the task ran: -ECANCELED even
+ *    when it was free) is not acquired and leaves the queue intact, the
+ *    next waiter still gets it; a scope's deadline: -ETIMEDOUT, the same;
+ *    a lock handed over before the cancellation came stands;
+ *  - cond: signal wakes the first waiter only, broadcast every one; a
+ *    signal with no waiter is lost (as pthread's); wait returns with the
+ *    mutex held, and one cut short by a cancellation or a deadline returns
+ *    -ECANCELED / -ETIMEDOUT with the mutex held too (taken back only once
+ *    its holder lets go); -EPERM when waiting without holding the mutex;
+ *    a cancelled waiter leaves the queue, a later signal goes to the next;
+ *  - sem: counting, trywait -EAGAIN, FIFO hand-off on post (a trywait right
+ *    after the post finds nothing: the unit went to the waiter), value,
+ *    cancellation and deadlines (no unit taken), -EOVERFLOW at SIZE_MAX;
+ *  - event: set wakes every waiter (even if cleared before they run); a
+ *    wait on a set event returns 0 at once, but is still a cancellation
+ *    point; clear; cancellation; deadline;
+ *  - WEFT_MUTEX_INIT, WEFT_COND_INIT, WEFT_EVENT_INIT work without _init;
+ *  - misuse: NULL, outside a task.
+ *
+ * Each case runs in a subtest of its own on a fresh loop, which must end at
+ * once with no task, timer or callback left.
+ */
+#include "weft.h"
+
+#include "internal.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LATE     WEFT_SEC(5)
+#define DEADLINE WEFT_MS(20)
+#define PENDING  12345
+
+/* ---- running a case ----------------------------------------------------- */
+static const char *current_case = "";
+
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char msg[] = "test_sync: timed out in case: ";
+  ssize_t n = write(2, msg, sizeof msg - 1);
+  n = write(2, current_case, strlen(current_case));
+  n = write(2, "\n", 1);
+  (void)n;
+  _exit(1);
+}
+
+static void run_case(const char *name, void *(*fn)(void *), void *arg) {
+  current_case = name;
+  signal(SIGALRM, on_alarm);
+  alarm(RUNNING_ON_VALGRIND ? 100 : 30);
+  int fds = check_fd_count();
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg));
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_LT(weft_now() - t0, LATE);
+  CHECK_EQ(loop->nwaiters, 0);
+  CHECK_EQ(loop->heap_len, 0);
+  CHECK_EQ(loop->cb_len, 0);
+  CHECK_EQ(loop->nlive, 0);
+  weft_loop_free(loop);
+  CHECK_EQ(check_fd_count(), fds);
+  alarm(0);
+}
+
+static void *(*case_fn)(void *);
+static const char *case_name;
+static void case_trampoline(void) { run_case(case_name, case_fn, NULL); }
+#define RUN(fn)                                                                \
+  do {                                                                         \
+    case_fn = (fn);                                                            \
+    case_name = #fn;                                                           \
+    int failed_ = check_subtest_failures;                                      \
+    check_subtest_(case_trampoline, #fn);                                      \
+    if (check_subtest_failures == failed_)                                     \
+      printf("  %s: ok\n", #fn);                                               \
+  } while (0)
+
+static void settle(void) {
+  for (int i = 0; i < 4; i++)
+    CHECK_EQ(weft_yield(), 0);
+}
+
+#define JOIN(t) CHECK_EQ(weft_join((t), NULL), 0)
+
+/* The order things happened in: "B" when task B acquired, and so on. */
+static char trace[256];
+static void note(const char *s) {
+  CHECK_LT(strlen(trace) + strlen(s), sizeof trace);
+  strcat(trace, s);
+}
+
+/* ---- a task that waits on one primitive ---------------------------------- */
+enum { W_LOCK, W_COND, W_SEM, W_EVENT };
+
+typedef struct waiter {
+  int kind;
+  const char *name; /* noted in the trace when the wait returns 0 */
+  weft_mutex *m;
+  weft_cond *c;
+  weft_sem *s;
+  weft_event *e;
+  int64_t timeout;  /* > 0: in a scope with a deadline this far ahead */
+  int hold;         /* yields to hold the mutex for before unlocking */
+  int rc;           /* the wait's result (PENDING until it returns) */
+  int scope_rc;     /* weft_scope_exit's */
+  int unlock_rc;    /* the unlock after the wait (W_LOCK, W_COND) */
+  int next_rc;      /* a weft_yield after it all */
+  int held_after;   /* W_COND: trylock by another task saw it held */
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  weft_scope sc;
+  if (w->timeout)
+    weft_scope_enter(&sc, weft_now() + w->timeout);
+  switch (w->kind) {
+  case W_LOCK: w->rc = weft_mutex_lock(w->m); break;
+  case W_COND:
+    CHECK_EQ(weft_mutex_lock(w->m), 0);
+    w->rc = weft_cond_wait(w->c, w->m);
+    break;
+  case W_SEM: w->rc = weft_sem_wait(w->s); break;
+  case W_EVENT: w->rc = weft_event_wait(w->e); break;
+  }
+  if (w->timeout)
+    w->scope_rc = weft_scope_exit(&sc);
+  if (w->rc == 0 && w->name)
+    note(w->name);
+  if (w->kind == W_LOCK || w->kind == W_COND) {
+    /* Hold it a while (in a shield: a cancelled holder still lets go at
+     * the end, and its yields are not cut short). */
+    weft_scope shield;
+    weft_scope_enter(&shield, WEFT_NEVER);
+    weft_scope_shield(&shield, true);
+    for (int i = 0; i < w->hold; i++)
+      CHECK_EQ(weft_yield(), 0);
+    CHECK_EQ(weft_scope_exit(&shield), 0);
+    w->unlock_rc = weft_mutex_unlock(w->m);
+  }
+  w->next_rc = weft_yield();
+  return NULL;
+}
+
+static weft_task *start(waiter *w, int kind, const char *name) {
+  w->kind = kind;
+  w->name = name;
+  w->rc = w->scope_rc = w->unlock_rc = w->next_rc = PENDING;
+  weft_task *t = weft_spawn(waiter_main, w);
+  CHECK(t);
+  return t;
+}
+
+/* ---- mutex --------------------------------------------------------------- */
+static void *mutex_basic_main(void *arg) {
+  (void)arg;
+  weft_mutex m;
+  weft_mutex_init(&m);
+  CHECK_EQ(weft_mutex_unlock(&m), -EPERM); /* never locked */
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_trylock(&m), -EBUSY); /* the caller included */
+  CHECK_EQ(weft_mutex_lock(&m), -EDEADLK);
+  CHECK_EQ(weft_mutex_unlock(&m), 0); /* the relock changed nothing */
+  CHECK_EQ(weft_mutex_unlock(&m), -EPERM);
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  CHECK_EQ(weft_mutex_lock(&m), -EDEADLK);
+  CHECK_EQ(weft_mutex_trylock(&m), -EBUSY);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  /* Static initialiser. */
+  static weft_mutex sm = WEFT_MUTEX_INIT;
+  CHECK_EQ(weft_mutex_unlock(&sm), -EPERM);
+  CHECK_EQ(weft_mutex_lock(&sm), 0);
+  CHECK_EQ(weft_mutex_trylock(&sm), -EBUSY);
+  CHECK_EQ(weft_mutex_unlock(&sm), 0);
+
+  /* No waiter: lock and unlock never block, many times. */
+  for (int i = 0; i < 1000; i++) {
+    CHECK_EQ(weft_mutex_lock(&m), 0);
+    CHECK_EQ(weft_mutex_unlock(&m), 0);
+  }
+  return NULL;
+}
+
+/* Held by another task: unlock is -EPERM, trylock -EBUSY, and the owner
+ * keeps it. */
+static weft_mutex shared_m;
+static int other_rc[3];
+static void *other_tries(void *arg) {
+  (void)arg;
+  other_rc[0] = weft_mutex_unlock(&shared_m);
+  other_rc[1] = weft_mutex_trylock(&shared_m);
+  other_rc[2] = weft_mutex_unlock(&shared_m);
+  return NULL;
+}
+
+static void *mutex_other_main(void *arg) {
+  (void)arg;
+  weft_mutex_init(&shared_m);
+  CHECK_EQ(weft_mutex_lock(&shared_m), 0);
+  weft_task *t = weft_spawn(other_tries, NULL);
+  CHECK(t);
+  JOIN(t);
+  CHECK_EQ(other_rc[0], -EPERM);
+  CHECK_EQ(other_rc[1], -EBUSY);
+  CHECK_EQ(other_rc[2], -EPERM);
+  CHECK_EQ(weft_mutex_trylock(&shared_m), -EBUSY); /* still ours */
+  CHECK_EQ(weft_mutex_unlock(&shared_m), 0);
+  /* Free now: the other task can take it. */
+  t = weft_spawn(other_tries, NULL);
+  CHECK(t);
+  JOIN(t);
+  CHECK_EQ(other_rc[0], -EPERM);
+  CHECK_EQ(other_rc[1], 0);
+  CHECK_EQ(other_rc[2], 0);
+  CHECK_EQ(weft_mutex_trylock(&shared_m), 0);
+  CHECK_EQ(weft_mutex_unlock(&shared_m), 0);
+  return NULL;
+}
+
+/* A holds, B and C queue; A unlocks and cannot take it back at once. */
+static void *mutex_fifo_main(void *arg) {
+  (void)arg;
+  weft_mutex m = WEFT_MUTEX_INIT;
+  trace[0] = '\0';
+  waiter b = {.m = &m, .hold = 2}, c = {.m = &m, .hold = 2};
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  weft_task *tb = start(&b, W_LOCK, "B"), *tc = start(&c, W_LOCK, "C");
+  settle();
+  CHECK_EQ(b.rc, PENDING);
+  CHECK_EQ(c.rc, PENDING);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  CHECK_EQ(weft_mutex_trylock(&m), -EBUSY); /* B owns it now */
+  CHECK_EQ(weft_mutex_unlock(&m), -EPERM);
+  /* Our own lock queues behind C. */
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  note("A");
+  CHECK_STR_EQ(trace, "BCA");
+  CHECK_EQ(b.rc, 0);
+  CHECK_EQ(c.rc, 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  JOIN(tb);
+  JOIN(tc);
+  CHECK_EQ(b.unlock_rc, 0);
+  CHECK_EQ(c.unlock_rc, 0);
+  CHECK_EQ(b.next_rc, 0);
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  /* Ten waiters, in order. */
+  trace[0] = '\0';
+  static const char *const names[10] = {"0", "1", "2", "3", "4",
+                                        "5", "6", "7", "8", "9"};
+  waiter w[10];
+  weft_task *t[10];
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  for (int i = 0; i < 10; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].m = &m;
+    w[i].hold = i % 3;
+    t[i] = start(&w[i], W_LOCK, names[i]);
+  }
+  settle();
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  for (int i = 0; i < 10; i++) {
+    JOIN(t[i]);
+    CHECK_EQ(w[i].rc, 0);
+    CHECK_EQ(w[i].unlock_rc, 0);
+  }
+  CHECK_STR_EQ(trace, "0123456789");
+  return NULL;
+}
+
+static void *mutex_cancel_main(void *arg) {
+  (void)arg;
+  weft_mutex m = WEFT_MUTEX_INIT;
+  trace[0] = '\0';
+
+  /* B, C, D queue; C is cancelled: not locked, and B then D get it. */
+  waiter b = {.m = &m, .hold = 1}, c = {.m = &m, .hold = 1},
+         d = {.m = &m, .hold = 1};
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  weft_task *tb = start(&b, W_LOCK, "B"), *tc = start(&c, W_LOCK, "C"),
+            *td = start(&d, W_LOCK, "D");
+  settle();
+  CHECK_EQ(weft_cancel(tc), 0);
+  JOIN(tc);
+  CHECK_EQ(c.rc, -ECANCELED);
+  CHECK_EQ(c.unlock_rc, -EPERM); /* it never had it */
+  CHECK_EQ(c.next_rc, -ECANCELED);
+  CHECK_EQ(weft_mutex_trylock(&m), -EBUSY); /* still ours */
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  JOIN(tb);
+  JOIN(td);
+  CHECK_STR_EQ(trace, "BD");
+  CHECK_EQ(b.rc, 0);
+  CHECK_EQ(d.rc, 0);
+  CHECK_EQ(b.unlock_rc, 0);
+  CHECK_EQ(d.unlock_rc, 0);
+  CHECK_EQ(weft_mutex_trylock(&m), 0); /* free again */
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  /* The only waiter cancelled: the mutex stays the owner's, and is free
+   * after its unlock (nobody to hand it to). */
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  tc = start(&c, W_LOCK, NULL);
+  settle();
+  CHECK_EQ(weft_cancel(tc), 0);
+  JOIN(tc);
+  CHECK_EQ(c.rc, -ECANCELED);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  /* Handed over, then cancelled before it ran: the lock stands (it owns
+   * the mutex and can unlock it), and the cancellation holds after. */
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  tb = start(&b, W_LOCK, NULL);
+  settle();
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  CHECK_EQ(weft_cancel(tb), 0);
+  JOIN(tb);
+  CHECK_EQ(b.rc, 0);
+  CHECK_EQ(b.unlock_rc, 0);
+  CHECK_EQ(b.next_rc, -ECANCELED);
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  /* Cancelled before it ran, the mutex free: -ECANCELED all the same,
+   * and not locked. */
+  tb = start(&b, W_LOCK, NULL);
+  CHECK_EQ(weft_cancel(tb), 0);
+  JOIN(tb);
+  CHECK_EQ(b.rc, -ECANCELED);
+  CHECK_EQ(b.unlock_rc, -EPERM);
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  return NULL;
+}
+
+static void *mutex_deadline_main(void *arg) {
+  (void)arg;
+  weft_mutex m = WEFT_MUTEX_INIT;
+  trace[0] = '\0';
+  waiter b = {.m = &m, .hold = 1}, c = {.m = &m, .timeout = DEADLINE},
+         d = {.m = &m, .hold = 1};
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  int64_t t0 = weft_now();
+  weft_task *tb = start(&b, W_LOCK, "B"), *tc = start(&c, W_LOCK, "C"),
+            *td = start(&d, W_LOCK, "D");
+  JOIN(tc);
+  CHECK_GE(weft_now() - t0, DEADLINE);
+  CHECK_EQ(c.rc, -ETIMEDOUT);
+  CHECK_EQ(c.scope_rc, -ETIMEDOUT);
+  CHECK_EQ(c.unlock_rc, -EPERM);
+  CHECK_EQ(c.next_rc, 0);
+  CHECK_EQ(b.rc, PENDING);
+  CHECK_EQ(d.rc, PENDING);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  JOIN(tb);
+  JOIN(td);
+  CHECK_STR_EQ(trace, "BD");
+
+  /* A deadline already past, the mutex free: -ETIMEDOUT, not locked. */
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() - 1);
+  CHECK_EQ(weft_mutex_lock(&m), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(weft_mutex_unlock(&m), -EPERM);
+
+  /* Acquired before a far deadline: 0, and no timer left behind. */
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  c = (waiter){.m = &m, .timeout = WEFT_SEC(30)};
+  tc = start(&c, W_LOCK, NULL);
+  settle();
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  JOIN(tc);
+  CHECK_EQ(c.rc, 0);
+  CHECK_EQ(c.scope_rc, 0);
+  CHECK_EQ(c.unlock_rc, 0);
+  return NULL;
+}
+
+/* ---- condition variable ------------------------------------------------------ */
+static void *cond_main(void *arg) {
+  (void)arg;
+  weft_mutex m = WEFT_MUTEX_INIT;
+  weft_cond c;
+  weft_cond_init(&c);
+  trace[0] = '\0';
+
+  /* Not holding the mutex (never locked): -EPERM; cond_perm_main has
+   * the mutex held by another task. */
+  CHECK_EQ(weft_cond_wait(&c, &m), -EPERM);
+  CHECK_EQ(weft_mutex_unlock(&m), -EPERM); /* it did not lock m either */
+  static weft_cond sc = WEFT_COND_INIT;
+
+  /* Signal: the first waiter only, FIFO; it returns with m held. */
+  waiter w[3];
+  weft_task *wt[3];
+  static const char *const names[3] = {"1", "2", "3"};
+  for (int i = 0; i < 3; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].m = &m;
+    w[i].c = &c;
+    w[i].hold = 1;
+    wt[i] = start(&w[i], W_COND, names[i]);
+  }
+  settle();
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(w[i].rc, PENDING);
+  CHECK_EQ(weft_mutex_trylock(&m), 0); /* each waiter let go of m */
+  weft_cond_signal(&c);
+  settle();
+  CHECK_EQ(w[0].rc, PENDING); /* woken, but m is ours */
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  settle();
+  CHECK_EQ(w[0].rc, 0);
+  CHECK_EQ(w[0].unlock_rc, 0); /* it held m */
+  CHECK_EQ(w[1].rc, PENDING);
+  CHECK_EQ(w[2].rc, PENDING);
+  CHECK_STR_EQ(trace, "1");
+  weft_cond_signal(&c);
+  settle();
+  CHECK_STR_EQ(trace, "12");
+  CHECK_EQ(w[2].rc, PENDING);
+  weft_cond_signal(&c);
+  for (int i = 0; i < 3; i++) {
+    JOIN(wt[i]);
+    CHECK_EQ(w[i].rc, 0);
+    CHECK_EQ(w[i].unlock_rc, 0);
+  }
+  CHECK_STR_EQ(trace, "123");
+
+  /* A signal with no waiter is lost. */
+  weft_cond_signal(&c);
+  weft_cond_broadcast(&c);
+  memset(&w[0], 0, sizeof w[0]);
+  w[0].m = &m;
+  w[0].c = &c;
+  wt[0] = start(&w[0], W_COND, NULL);
+  settle();
+  CHECK_EQ(w[0].rc, PENDING);
+  settle();
+  CHECK_EQ(w[0].rc, PENDING);
+  weft_cond_signal(&c);
+  JOIN(wt[0]);
+  CHECK_EQ(w[0].rc, 0);
+  CHECK_EQ(w[0].unlock_rc, 0);
+
+  /* Broadcast: every waiter; each returns holding m, one at a time. */
+  trace[0] = '\0';
+  for (int i = 0; i < 3; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].m = &m;
+    w[i].c = &sc; /* the static one */
+    w[i].hold = 2;
+    wt[i] = start(&w[i], W_COND, names[i]);
+  }
+  settle();
+  weft_cond_broadcast(&sc);
+  for (int i = 0; i < 3; i++) {
+    JOIN(wt[i]);
+    CHECK_EQ(w[i].rc, 0);
+    CHECK_EQ(w[i].unlock_rc, 0);
+  }
+  CHECK_STR_EQ(trace, "123");
+  weft_cond_signal(&sc); /* nobody left */
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  weft_cond_signal(NULL);
+  weft_cond_broadcast(NULL);
+  return NULL;
+}
+
+/* The mutex held by another task: cond_wait there is -EPERM. */
+static weft_cond perm_c = WEFT_COND_INIT;
+static int perm_rc;
+static void *wait_unheld(void *arg) {
+  (void)arg;
+  perm_rc = weft_cond_wait(&perm_c, &shared_m);
+  return NULL;
+}
+
+static void *cond_perm_main(void *arg) {
+  (void)arg;
+  weft_mutex_init(&shared_m);
+  CHECK_EQ(weft_mutex_lock(&shared_m), 0);
+  perm_rc = PENDING;
+  weft_task *t = weft_spawn(wait_unheld, NULL);
+  CHECK(t);
+  JOIN(t);
+  CHECK_EQ(perm_rc, -EPERM);
+  CHECK_EQ(weft_mutex_unlock(&shared_m), 0); /* still ours */
+  return NULL;
+}
+
+static void *cond_cancel_main(void *arg) {
+  (void)arg;
+  weft_mutex m = WEFT_MUTEX_INIT;
+  weft_cond c = WEFT_COND_INIT;
+  trace[0] = '\0';
+
+  /* Cancelled while waiting: -ECANCELED, with m held (its unlock is 0). */
+  waiter w1 = {.m = &m, .c = &c}, w2 = {.m = &m, .c = &c};
+  weft_task *t1 = start(&w1, W_COND, "1");
+  settle();
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+  CHECK_EQ(w1.unlock_rc, 0);
+  CHECK_EQ(w1.next_rc, -ECANCELED);
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  /* Cancelled while another task holds m: it takes m back before it
+   * returns, so it returns only once the holder lets go. */
+  t1 = start(&w1, W_COND, NULL);
+  settle();
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  CHECK_EQ(weft_cancel(t1), 0);
+  settle();
+  CHECK_EQ(w1.rc, PENDING);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+  CHECK_EQ(w1.unlock_rc, 0);
+
+  /* A cancelled waiter leaves the queue: the next signal goes to the
+   * second one. */
+  trace[0] = '\0';
+  t1 = start(&w1, W_COND, "1");
+  weft_task *t2 = start(&w2, W_COND, "2");
+  settle();
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+  weft_cond_signal(&c);
+  JOIN(t2);
+  CHECK_EQ(w2.rc, 0);
+  CHECK_EQ(w2.unlock_rc, 0);
+  CHECK_STR_EQ(trace, "2");
+
+  /* Signalled, then cancelled before it ran: the wait completed (0). */
+  t1 = start(&w1, W_COND, NULL);
+  settle();
+  weft_cond_signal(&c);
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, 0);
+  CHECK_EQ(w1.unlock_rc, 0);
+  CHECK_EQ(w1.next_rc, -ECANCELED);
+
+  /* A scope's deadline: -ETIMEDOUT, with m held. */
+  w1 = (waiter){.m = &m, .c = &c, .timeout = DEADLINE};
+  int64_t t0 = weft_now();
+  t1 = start(&w1, W_COND, NULL);
+  JOIN(t1);
+  CHECK_GE(weft_now() - t0, DEADLINE);
+  CHECK_EQ(w1.rc, -ETIMEDOUT);
+  CHECK_EQ(w1.scope_rc, -ETIMEDOUT);
+  CHECK_EQ(w1.unlock_rc, 0);
+  CHECK_EQ(w1.next_rc, 0);
+
+  /* A deadline already past: -ETIMEDOUT, with m still held. */
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() - 1);
+  CHECK_EQ(weft_cond_wait(&c, &m), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+
+  weft_cond_signal(&c); /* nobody waits: no-op */
+  CHECK_EQ(weft_mutex_trylock(&m), 0);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  return NULL;
+}
+
+/* ---- semaphore ------------------------------------------------------------- */
+static void *sem_main(void *arg) {
+  (void)arg;
+  weft_sem s;
+  weft_sem_init(&s, 2);
+  CHECK_EQ(weft_sem_value(&s), 2);
+  CHECK_EQ(weft_sem_wait(&s), 0);
+  CHECK_EQ(weft_sem_value(&s), 1);
+  CHECK_EQ(weft_sem_trywait(&s), 0);
+  CHECK_EQ(weft_sem_value(&s), 0);
+  CHECK_EQ(weft_sem_trywait(&s), -EAGAIN);
+  CHECK_EQ(weft_sem_value(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_value(&s), 3);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_sem_wait(&s), 0);
+  CHECK_EQ(weft_sem_trywait(&s), -EAGAIN);
+
+  /* FIFO hand-off: each post goes to the first waiter; a trywait right
+   * after finds nothing. */
+  trace[0] = '\0';
+  waiter w[3];
+  weft_task *t[3];
+  static const char *const names[3] = {"1", "2", "3"};
+  for (int i = 0; i < 3; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].s = &s;
+    t[i] = start(&w[i], W_SEM, names[i]);
+  }
+  settle();
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(w[i].rc, PENDING);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_value(&s), 0);
+  CHECK_EQ(weft_sem_trywait(&s), -EAGAIN); /* no barging */
+  settle();
+  CHECK_STR_EQ(trace, "1");
+  CHECK_EQ(w[1].rc, PENDING);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_value(&s), 0);
+  for (int i = 0; i < 3; i++) {
+    JOIN(t[i]);
+    CHECK_EQ(w[i].rc, 0);
+  }
+  CHECK_STR_EQ(trace, "123");
+  CHECK_EQ(weft_sem_post(&s), 0); /* nobody waits: counted */
+  CHECK_EQ(weft_sem_value(&s), 1);
+  CHECK_EQ(weft_sem_trywait(&s), 0);
+
+  /* The limit. */
+  weft_sem big;
+  weft_sem_init(&big, SIZE_MAX);
+  CHECK_EQ(weft_sem_value(&big), SIZE_MAX);
+  CHECK_EQ(weft_sem_post(&big), -EOVERFLOW);
+  CHECK_EQ(weft_sem_value(&big), SIZE_MAX);
+  CHECK_EQ(weft_sem_trywait(&big), 0);
+  CHECK_EQ(weft_sem_post(&big), 0);
+  CHECK_EQ(weft_sem_value(&big), SIZE_MAX);
+
+  /* Zero units from the start. */
+  weft_sem z;
+  weft_sem_init(&z, 0);
+  CHECK_EQ(weft_sem_value(&z), 0);
+  CHECK_EQ(weft_sem_trywait(&z), -EAGAIN);
+  return NULL;
+}
+
+static void *sem_cancel_main(void *arg) {
+  (void)arg;
+  weft_sem s;
+  weft_sem_init(&s, 0);
+  trace[0] = '\0';
+  waiter w1 = {.s = &s}, w2 = {.s = &s};
+
+  /* The first of two waiters cancelled: the post goes to the second. */
+  weft_task *t1 = start(&w1, W_SEM, "1"), *t2 = start(&w2, W_SEM, "2");
+  settle();
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+  CHECK_EQ(w1.next_rc, -ECANCELED);
+  CHECK_EQ(weft_sem_value(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  JOIN(t2);
+  CHECK_EQ(w2.rc, 0);
+  CHECK_STR_EQ(trace, "2");
+  CHECK_EQ(weft_sem_value(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0); /* nobody waits now */
+  CHECK_EQ(weft_sem_value(&s), 1);
+  CHECK_EQ(weft_sem_trywait(&s), 0);
+
+  /* The unit handed over, then cancelled before it ran: it has it. */
+  t1 = start(&w1, W_SEM, NULL);
+  settle();
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, 0);
+  CHECK_EQ(w1.next_rc, -ECANCELED);
+  CHECK_EQ(weft_sem_value(&s), 0); /* not given back, not counted twice */
+
+  /* Cancelled before it ran, a unit free: -ECANCELED, no unit taken. */
+  CHECK_EQ(weft_sem_post(&s), 0);
+  t1 = start(&w1, W_SEM, NULL);
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+  CHECK_EQ(weft_sem_value(&s), 1);
+  CHECK_EQ(weft_sem_trywait(&s), 0);
+
+  /* A scope's deadline: -ETIMEDOUT, no unit taken; a later post counts. */
+  w1 = (waiter){.s = &s, .timeout = DEADLINE};
+  int64_t t0 = weft_now();
+  t1 = start(&w1, W_SEM, NULL);
+  JOIN(t1);
+  CHECK_GE(weft_now() - t0, DEADLINE);
+  CHECK_EQ(w1.rc, -ETIMEDOUT);
+  CHECK_EQ(w1.scope_rc, -ETIMEDOUT);
+  CHECK_EQ(w1.next_rc, 0);
+  CHECK_EQ(weft_sem_post(&s), 0);
+  CHECK_EQ(weft_sem_value(&s), 1);
+  CHECK_EQ(weft_sem_trywait(&s), 0);
+  return NULL;
+}
+
+/* ---- event ----------------------------------------------------------------- */
+static void *event_main(void *arg) {
+  (void)arg;
+  weft_event e;
+  weft_event_init(&e);
+  CHECK(!weft_event_is_set(&e));
+
+  /* set wakes every waiter. */
+  trace[0] = '\0';
+  waiter w[3];
+  weft_task *t[3];
+  static const char *const names[3] = {"1", "2", "3"};
+  for (int i = 0; i < 3; i++) {
+    memset(&w[i], 0, sizeof w[i]);
+    w[i].e = &e;
+    t[i] = start(&w[i], W_EVENT, names[i]);
+  }
+  settle();
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(w[i].rc, PENDING);
+  weft_event_set(&e);
+  CHECK(weft_event_is_set(&e));
+  for (int i = 0; i < 3; i++) {
+    JOIN(t[i]);
+    CHECK_EQ(w[i].rc, 0);
+  }
+  CHECK_STR_EQ(trace, "123");
+
+  /* Set: a wait returns at once, as often as asked. */
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_event_wait(&e), 0);
+  weft_event_set(&e); /* twice: still set */
+  CHECK(weft_event_is_set(&e));
+
+  /* Cleared: a wait waits again. */
+  weft_event_clear(&e);
+  CHECK(!weft_event_is_set(&e));
+  weft_event_clear(&e);
+  CHECK(!weft_event_is_set(&e));
+  t[0] = start(&w[0], W_EVENT, NULL);
+  settle();
+  CHECK_EQ(w[0].rc, PENDING);
+  weft_event_set(&e);
+  JOIN(t[0]);
+  CHECK_EQ(w[0].rc, 0);
+
+  /* Set and cleared again before the waiters ran: they were woken. */
+  weft_event_clear(&e);
+  for (int i = 0; i < 2; i++)
+    t[i] = start(&w[i], W_EVENT, NULL);
+  settle();
+  weft_event_set(&e);
+  weft_event_clear(&e);
+  for (int i = 0; i < 2; i++) {
+    JOIN(t[i]);
+    CHECK_EQ(w[i].rc, 0);
+  }
+  CHECK(!weft_event_is_set(&e));
+
+  /* Static initialiser. */
+  static weft_event se = WEFT_EVENT_INIT;
+  CHECK(!weft_event_is_set(&se));
+  memset(&w[0], 0, sizeof w[0]);
+  w[0].e = &se;
+  t[0] = start(&w[0], W_EVENT, NULL);
+  settle();
+  CHECK_EQ(w[0].rc, PENDING);
+  weft_event_set(&se);
+  JOIN(t[0]);
+  CHECK_EQ(w[0].rc, 0);
+  CHECK_EQ(weft_event_wait(&se), 0);
+
+  weft_event_set(NULL);
+  weft_event_clear(NULL);
+  return NULL;
+}
+
+static void *event_cancel_main(void *arg) {
+  (void)arg;
+  weft_event e = WEFT_EVENT_INIT;
+  waiter w1 = {.e = &e}, w2 = {.e = &e};
+
+  /* One of two waiters cancelled; the other still woken by set. */
+  weft_task *t1 = start(&w1, W_EVENT, NULL), *t2 = start(&w2, W_EVENT, NULL);
+  settle();
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+  CHECK_EQ(w1.next_rc, -ECANCELED);
+  CHECK_EQ(w2.rc, PENDING);
+  CHECK(!weft_event_is_set(&e));
+  weft_event_set(&e);
+  JOIN(t2);
+  CHECK_EQ(w2.rc, 0);
+
+  /* Woken by set, then cancelled before it ran: 0. */
+  weft_event_clear(&e);
+  t1 = start(&w1, W_EVENT, NULL);
+  settle();
+  weft_event_set(&e);
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, 0);
+  CHECK_EQ(w1.next_rc, -ECANCELED);
+
+  /* A set event is still a cancellation point. */
+  CHECK(weft_event_is_set(&e));
+  t1 = start(&w1, W_EVENT, NULL);
+  CHECK_EQ(weft_cancel(t1), 0);
+  JOIN(t1);
+  CHECK_EQ(w1.rc, -ECANCELED);
+
+  /* A scope's deadline. */
+  weft_event_clear(&e);
+  w1 = (waiter){.e = &e, .timeout = DEADLINE};
+  int64_t t0 = weft_now();
+  t1 = start(&w1, W_EVENT, NULL);
+  JOIN(t1);
+  CHECK_GE(weft_now() - t0, DEADLINE);
+  CHECK_EQ(w1.rc, -ETIMEDOUT);
+  CHECK_EQ(w1.scope_rc, -ETIMEDOUT);
+  CHECK_EQ(w1.next_rc, 0);
+  CHECK(!weft_event_is_set(&e));
+
+  /* A deadline already past, the event set: -ETIMEDOUT. */
+  weft_event_set(&e);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() - 1);
+  CHECK_EQ(weft_event_wait(&e), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(weft_event_wait(&e), 0);
+  return NULL;
+}
+
+/* ---- misuse ------------------------------------------------------------------ */
+static void *misuse_main(void *arg) {
+  (void)arg;
+  weft_mutex m = WEFT_MUTEX_INIT;
+  weft_cond c = WEFT_COND_INIT;
+  CHECK_EQ(weft_mutex_lock(NULL), -EINVAL);
+  CHECK_EQ(weft_mutex_trylock(NULL), -EINVAL);
+  CHECK_EQ(weft_mutex_unlock(NULL), -EINVAL);
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  CHECK_EQ(weft_cond_wait(NULL, &m), -EINVAL);
+  CHECK_EQ(weft_cond_wait(&c, NULL), -EINVAL);
+  CHECK_EQ(weft_mutex_unlock(&m), 0); /* still held after those */
+  CHECK_EQ(weft_sem_wait(NULL), -EINVAL);
+  CHECK_EQ(weft_sem_trywait(NULL), -EINVAL);
+  CHECK_EQ(weft_sem_post(NULL), -EINVAL);
+  CHECK_EQ(weft_event_wait(NULL), -EINVAL);
+  weft_mutex_init(NULL);
+  weft_cond_init(NULL);
+  weft_sem_init(NULL, 1);
+  weft_event_init(NULL);
+  CHECK_EQ(weft_yield(), 0); /* none of it cancelled us */
+  return NULL;
+}
+
+/* Outside a task, the waits are -EINVAL and change nothing. */
+static void test_outside_task(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_mutex m = WEFT_MUTEX_INIT;
+  weft_cond c = WEFT_COND_INIT;
+  weft_sem s;
+  weft_sem_init(&s, 0);
+  weft_event e = WEFT_EVENT_INIT;
+  CHECK_EQ(weft_mutex_lock(&m), -EINVAL);
+  CHECK_EQ(weft_cond_wait(&c, &m), -EINVAL);
+  CHECK_EQ(weft_sem_wait(&s), -EINVAL);
+  CHECK_EQ(weft_event_wait(&e), -EINVAL);
+  CHECK_EQ(weft_sem_value(&s), 0);
+  CHECK_EQ(weft_sem_post(&s), 0); /* not a wait: works anywhere */
+  CHECK_EQ(weft_sem_trywait(&s), 0);
+  weft_event_set(&e);
+  CHECK(weft_event_is_set(&e));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0);
+  int fds = check_fd_count();
+  RUN(mutex_basic_main);
+  RUN(mutex_other_main);
+  RUN(mutex_fifo_main);
+  RUN(mutex_cancel_main);
+  RUN(mutex_deadline_main);
+  RUN(cond_main);
+  RUN(cond_perm_main);
+  RUN(cond_cancel_main);
+  RUN(sem_main);
+  RUN(sem_cancel_main);
+  RUN(event_main);
+  RUN(event_cancel_main);
+  RUN(misuse_main);
+  CHECK_SUBTEST(test_outside_task);
+  CHECK_EQ(check_fd_count(), fds);
+  if (check_subtest_failures) {
+    fprintf(stderr, "test_sync: %d case(s) failed\n", check_subtest_failures);
+    return 1;
+  }
+  printf("test_sync: ok\n");
+  return 0;
+}
