@@ -662,7 +662,8 @@ typedef struct weft_select_case {
  * is ready at once and fails; a receive from a drained one too). When
  * several are ready, one is chosen at random, so that none starves. With
  * WEFT_NOWAIT, returns -EAGAIN if none is ready now. Returns -ECANCELED or
- * -ETIMEDOUT (scopes) with no case performed; -EINVAL for a bad case (an
+ * -ETIMEDOUT (scopes) with no case performed; -ENOMEM when more than 8
+ * cases must wait (nothing performed); -EINVAL for a bad case (an
  * unknown op, a NULL elem, a channel of another loop) or cases NULL with
  * n > 0. With no case that can ever be ready (n == 0, or every chan NULL)
  * it waits until cancelled, as Go's empty select does for ever. */

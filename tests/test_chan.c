@@ -36,8 +36,12 @@
  *  - a 3-stage pipeline of 10,000 items: each value arrives once, in order;
  *  - weft_chan_free wakes the channel's waiters (a select's too) with
  *    -EPIPE;
+ *  - a select of 20 cases (more than it keeps on its stack): woken,
+ *    cancelled, closed, ready;
  *  - misuse: NULL channel, elem_size 0, bad select cases (nothing
- *    performed), a channel of another loop, blocking outside a task.
+ *    performed), a channel of another loop, blocking outside a task;
+ *  - out of memory: weft_chan_new NULL/ENOMEM without a leak, a select of
+ *    20 cases -ENOMEM with nothing performed and no waiter left.
  *
  * Every case runs in a subtest of its own (so one failure does not hide
  * the others) on a fresh loop, which must end at once with no task, timer,
@@ -68,7 +72,7 @@
 #define PENDING  12345
 #define SENTINEL (-777)
 
-/* ---- running a case ----------------------------------------------------- */
+/* ---- running a case ------------------------------------------------------ */
 static const char *current_case = "";
 
 static void on_alarm(int sig) {
@@ -137,8 +141,8 @@ typedef struct op {
 static void *op_run(op *o, int send) {
   weft_scope s;
   if (o->timeout)
-    weft_scope_enter(&s, o->timeout > 0 ? weft_now() + o->timeout
-                                        : weft_now() - 1);
+    weft_scope_enter(&s,
+                     o->timeout > 0 ? weft_now() + o->timeout : weft_now() - 1);
   o->rc = send ? weft_chan_send(o->c, &o->v) : weft_chan_recv(o->c, &o->v);
   if (o->timeout)
     o->scope_rc = weft_scope_exit(&s);
@@ -158,9 +162,9 @@ static weft_task *start(void *(*fn)(void *), op *o, weft_chan *c, int64_t v,
   CHECK(t);
   return t;
 }
-#define SEND_TASK(o, c, v)    start(sender, (o), (c), (v), 0)
-#define RECV_TASK(o, c)       start(receiver, (o), (c), SENTINEL, 0)
-#define JOIN(t)               CHECK_EQ(weft_join((t), NULL), 0)
+#define SEND_TASK(o, c, v) start(sender, (o), (c), (v), 0)
+#define RECV_TASK(o, c)    start(receiver, (o), (c), SENTINEL, 0)
+#define JOIN(t)            CHECK_EQ(weft_join((t), NULL), 0)
 
 /* Channel checks, as macros so that a failure names the caller's line. */
 #define TRY_SEND(c, val, want)                                                 \
@@ -277,7 +281,7 @@ static void *rendezvous_main(void *arg) {
   return NULL;
 }
 
-/* ---- buffered: FIFO, fixed capacity ---------------------------------------- */
+/* ---- buffered: FIFO, fixed capacity -------------------------------------- */
 static void *buffered_main(void *arg) {
   (void)arg;
   weft_chan *c = chan(8, 3);
@@ -448,7 +452,7 @@ static void *close_main(void *arg) {
   return NULL;
 }
 
-/* ---- elements are copied ---------------------------------------------------- */
+/* ---- elements are copied ------------------------------------------------- */
 #define GUARD 16
 
 static void fill_pattern(unsigned char *p, size_t n, unsigned seed) {
@@ -566,7 +570,7 @@ static void *copies_main(void *arg) {
   return NULL;
 }
 
-/* ---- waiters are served FIFO ------------------------------------------------ */
+/* ---- waiters are served FIFO --------------------------------------------- */
 static void *fifo_main(void *arg) {
   (void)arg;
   op o[5];
@@ -643,7 +647,7 @@ static void *fifo_main(void *arg) {
   return NULL;
 }
 
-/* ---- cancelling a blocked send or receive ------------------------------------ */
+/* ---- cancelling a blocked send or receive -------------------------------- */
 static void *cancel_main(void *arg) {
   (void)arg;
   op o[3];
@@ -750,7 +754,7 @@ static void *cancel_main(void *arg) {
   return NULL;
 }
 
-/* ---- a scope's deadline ---------------------------------------------------- */
+/* ---- a scope's deadline -------------------------------------------------- */
 static void *deadline_main(void *arg) {
   (void)arg;
   op o[3];
@@ -832,7 +836,7 @@ static void *deadline_main(void *arg) {
   return NULL;
 }
 
-/* ---- a completion before the cancellation stands --------------------------------- */
+/* ---- a completion before the cancellation stands ------------------------- */
 static void *completed_first_main(void *arg) {
   (void)arg;
   op o;
@@ -893,7 +897,7 @@ static void *completed_first_main(void *arg) {
   return NULL;
 }
 
-/* ---- select: ready cases ---------------------------------------------------- */
+/* ---- select: ready cases ------------------------------------------------- */
 static weft_select_case sel_case(weft_chan *c, int what, int64_t *elem) {
   weft_select_case k = {c, what, elem, PENDING};
   return k;
@@ -1025,7 +1029,7 @@ static void *select_ready_main(void *arg) {
   return NULL;
 }
 
-/* ---- select: blocked, then woken --------------------------------------------- */
+/* ---- select: blocked, then woken ----------------------------------------- */
 typedef struct sel_op {
   weft_select_case k[3];
   int64_t va, vb, vc; /* the cases' elements */
@@ -1219,7 +1223,7 @@ static void *select_block_main(void *arg) {
   return NULL;
 }
 
-/* ---- select: cancelled, past its deadline, empty ------------------------------ */
+/* ---- select: cancelled, past its deadline, empty ------------------------- */
 static void *select_cancel_main(void *arg) {
   (void)arg;
   weft_chan *a = chan(8, 0), *b = chan(8, 0), *c = chan(8, 0);
@@ -1309,7 +1313,109 @@ static void *select_cancel_main(void *arg) {
   return NULL;
 }
 
-/* ---- select: fairness -------------------------------------------------------- */
+/* ---- select: more cases than fit on its stack ---------------------------- */
+#define NMANY 20
+
+typedef struct many_sel {
+  weft_chan **ch;
+  weft_select_case k[NMANY];
+  int64_t v[NMANY];
+  int rc;
+} many_sel;
+
+static void *many_selector(void *arg) {
+  many_sel *m = arg;
+  m->rc = weft_select(m->k, NMANY, 0);
+  return NULL;
+}
+
+/* A select on receives from ch[0..NMANY), every other one buffered. */
+static weft_task *start_many(many_sel *m, weft_chan **ch) {
+  m->ch = ch;
+  m->rc = PENDING;
+  for (int i = 0; i < NMANY; i++) {
+    m->v[i] = SENTINEL;
+    m->k[i] = sel_case(ch[i], WEFT_RECV, &m->v[i]);
+  }
+  weft_task *t = weft_spawn(many_selector, m);
+  CHECK(t);
+  return t;
+}
+
+static void *select_many_main(void *arg) {
+  (void)arg;
+  weft_chan *ch[NMANY];
+  for (int i = 0; i < NMANY; i++)
+    ch[i] = chan(8, (size_t)(i % 2));
+  many_sel m;
+
+  /* Woken through case 13: the other nineteen have no waiter left. */
+  weft_task *t = start_many(&m, ch);
+  settle();
+  CHECK_EQ(m.rc, PENDING);
+  TRY_SEND(ch[13], 113, 0);
+  JOIN(t);
+  CHECK_EQ(m.rc, 13);
+  CHECK_EQ(m.k[13].result, 0);
+  CHECK_EQ(m.v[13], 113);
+  for (int i = 0; i < NMANY; i++) {
+    if (i != 13)
+      CHECK_EQ(m.v[i], SENTINEL);
+    TRY_SEND(ch[i], i, i % 2 ? 0 : -EAGAIN); /* into a buffer, or nobody */
+    if (i % 2)
+      TRY_RECV_EQ(ch[i], i);
+  }
+
+  /* Cancelled: no waiter left anywhere. */
+  t = start_many(&m, ch);
+  settle();
+  CHECK_EQ(weft_cancel(t), 0);
+  JOIN(t);
+  CHECK_EQ(m.rc, -ECANCELED);
+  for (int i = 0; i < NMANY; i++) {
+    CHECK_EQ(m.v[i], SENTINEL);
+    TRY_SEND(ch[i], i, i % 2 ? 0 : -EAGAIN);
+    if (i % 2)
+      TRY_RECV_EQ(ch[i], i);
+  }
+
+  /* Woken by closing the last channel. */
+  t = start_many(&m, ch);
+  settle();
+  weft_chan_close(ch[NMANY - 1]);
+  JOIN(t);
+  CHECK_EQ(m.rc, NMANY - 1);
+  CHECK_EQ(m.k[NMANY - 1].result, -EPIPE);
+  for (int i = 0; i < NMANY - 1; i++)
+    TRY_SEND(ch[i], i, i % 2 ? 0 : -EAGAIN);
+
+  /* Ready at once (the buffered ones hold an element now): one of them,
+   * and over many selects every one of them. */
+  int seen[NMANY] = {0};
+  for (int n = 0; n < 2000; n++) {
+    for (int i = 0; i < NMANY; i++)
+      m.v[i] = SENTINEL;
+    int rc = weft_select(m.k, NMANY, WEFT_NOWAIT);
+    CHECK(rc >= 0 && rc < NMANY);
+    if (rc == NMANY - 1) { /* the closed one: -EPIPE, nothing received */
+      CHECK_EQ(m.k[rc].result, -EPIPE);
+      CHECK_EQ(m.v[rc], SENTINEL);
+    } else {
+      CHECK_EQ(rc % 2, 1);
+      CHECK_EQ(m.k[rc].result, 0);
+      CHECK_EQ(m.v[rc], rc);
+      TRY_SEND(ch[rc], rc, 0);
+    }
+    seen[rc]++;
+  }
+  for (int i = 1; i < NMANY; i += 2)
+    CHECK_GT(seen[i], 0);
+  for (int i = 0; i < NMANY; i++)
+    weft_chan_free(ch[i]);
+  return NULL;
+}
+
+/* ---- select: fairness ---------------------------------------------------- */
 static void *select_fair_main(void *arg) {
   (void)arg;
   /* Two channels, each always holding one element. */
@@ -1355,7 +1461,7 @@ static void *select_fair_main(void *arg) {
   return NULL;
 }
 
-/* ---- a pipeline ------------------------------------------------------------- */
+/* ---- a pipeline ---------------------------------------------------------- */
 #define NITEMS 10000
 
 typedef struct stage {
@@ -1447,7 +1553,7 @@ static void *pipeline_main(void *arg) {
   return NULL;
 }
 
-/* ---- weft_chan_free with waiters ---------------------------------------------- */
+/* ---- weft_chan_free with waiters ----------------------------------------- */
 static void *free_main(void *arg) {
   (void)arg;
   op o[3];
@@ -1499,7 +1605,7 @@ static void *free_main(void *arg) {
   return NULL;
 }
 
-/* ---- misuse ------------------------------------------------------------------ */
+/* ---- misuse -------------------------------------------------------------- */
 static void *misuse_main(void *arg) {
   (void)arg;
   int64_t v = 1;
@@ -1610,6 +1716,88 @@ static void test_foreign_loop(void) {
   weft_loop_free(a);
 }
 
+/* Out of memory: a failing allocator (installed before any weft object
+ * exists). weft_chan_new is NULL with ENOMEM and leaks nothing; a select
+ * that would need memory to wait fails with no case performed and no
+ * waiter left; with memory back, everything works. A capacity whose ring
+ * cannot be sized is NULL with EINVAL or ENOMEM. */
+static int alloc_fail;  /* fail every allocation while set */
+static long alloc_live; /* blocks handed out and not freed */
+static void *f_malloc(size_t n) {
+  if (alloc_fail)
+    return NULL;
+  void *p = malloc(n);
+  alloc_live += p != NULL;
+  return p;
+}
+static void *f_realloc(void *p, size_t n) {
+  if (alloc_fail)
+    return NULL;
+  void *q = realloc(p, n);
+  alloc_live += q && !p;
+  return q;
+}
+static void f_free(void *p) {
+  alloc_live -= p != NULL;
+  free(p);
+}
+
+static void *nomem_main(void *arg) {
+  (void)arg;
+  long live = alloc_live;
+  alloc_fail = 1;
+  errno = 0;
+  CHECK(weft_chan_new(8, 0) == NULL);
+  CHECK_EQ(errno, ENOMEM);
+  errno = 0;
+  CHECK(weft_chan_new(8, 16) == NULL);
+  CHECK_EQ(errno, ENOMEM);
+  alloc_fail = 0;
+  CHECK_EQ(alloc_live, live);
+
+  weft_chan *ch[NMANY];
+  for (int i = 0; i < NMANY; i++)
+    ch[i] = chan(8, 0);
+  weft_select_case k[NMANY];
+  int64_t v[NMANY];
+  for (int i = 0; i < NMANY; i++) {
+    v[i] = SENTINEL;
+    k[i] = sel_case(ch[i], WEFT_RECV, &v[i]);
+  }
+  alloc_fail = 1;
+  CHECK_EQ(weft_select(k, NMANY, 0), -ENOMEM);
+  alloc_fail = 0;
+  for (int i = 0; i < NMANY; i++) {
+    CHECK_EQ(v[i], SENTINEL);
+    TRY_SEND(ch[i], 1, -EAGAIN);
+  }
+  /* With memory back, it waits and is woken. */
+  many_sel m;
+  weft_task *t = start_many(&m, ch);
+  settle();
+  TRY_SEND(ch[2], 5, 0);
+  JOIN(t);
+  CHECK_EQ(m.rc, 2);
+  CHECK_EQ(m.v[2], 5);
+  for (int i = 0; i < NMANY; i++)
+    weft_chan_free(ch[i]);
+
+  /* A ring that cannot be sized. */
+  errno = 0;
+  CHECK(weft_chan_new(SIZE_MAX / 2 + 1, 2) == NULL);
+  CHECK(errno == EINVAL || errno == ENOMEM);
+  errno = 0;
+  CHECK(weft_chan_new(16, SIZE_MAX / 8) == NULL);
+  CHECK(errno == EINVAL || errno == ENOMEM);
+  CHECK_EQ(alloc_live, live);
+  return NULL;
+}
+
+static void test_nomem(void) {
+  CHECK_EQ(weft_replace_allocator(f_malloc, f_realloc, f_free), 0);
+  run_case("nomem", nomem_main, NULL);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -1624,12 +1812,14 @@ int main(void) {
   RUN(select_ready_main);
   RUN(select_block_main);
   RUN(select_cancel_main);
+  RUN(select_many_main);
   RUN(select_fair_main);
   RUN(pipeline_main);
   RUN(free_main);
   RUN(misuse_main);
   CHECK_SUBTEST(test_outside_task);
   CHECK_SUBTEST(test_foreign_loop);
+  CHECK_SUBTEST(test_nomem);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {
     fprintf(stderr, "test_chan: %d case(s) failed\n", check_subtest_failures);

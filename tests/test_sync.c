@@ -46,7 +46,7 @@
 #define DEADLINE WEFT_MS(20)
 #define PENDING  12345
 
-/* ---- running a case ----------------------------------------------------- */
+/* ---- running a case ------------------------------------------------------ */
 static const char *current_case = "";
 
 static void on_alarm(int sig) {
@@ -116,13 +116,13 @@ typedef struct waiter {
   weft_cond *c;
   weft_sem *s;
   weft_event *e;
-  int64_t timeout;  /* > 0: in a scope with a deadline this far ahead */
-  int hold;         /* yields to hold the mutex for before unlocking */
-  int rc;           /* the wait's result (PENDING until it returns) */
-  int scope_rc;     /* weft_scope_exit's */
-  int unlock_rc;    /* the unlock after the wait (W_LOCK, W_COND) */
-  int next_rc;      /* a weft_yield after it all */
-  int held_after;   /* W_COND: trylock by another task saw it held */
+  int64_t timeout; /* > 0: in a scope with a deadline this far ahead */
+  int hold;        /* yields to hold the mutex for before unlocking */
+  int rc;          /* the wait's result (PENDING until it returns) */
+  int scope_rc;    /* weft_scope_exit's */
+  int unlock_rc;   /* the unlock after the wait (W_LOCK, W_COND) */
+  int next_rc;     /* a weft_yield after it all */
+  int held_after;  /* W_COND: trylock by another task saw it held */
 } waiter;
 
 static void *waiter_main(void *arg) {
@@ -397,7 +397,7 @@ static void *mutex_deadline_main(void *arg) {
   return NULL;
 }
 
-/* ---- condition variable ------------------------------------------------------ */
+/* ---- condition variable -------------------------------------------------- */
 static void *cond_main(void *arg) {
   (void)arg;
   weft_mutex m = WEFT_MUTEX_INIT;
@@ -593,7 +593,7 @@ static void *cond_cancel_main(void *arg) {
   return NULL;
 }
 
-/* ---- semaphore ------------------------------------------------------------- */
+/* ---- semaphore ----------------------------------------------------------- */
 static void *sem_main(void *arg) {
   (void)arg;
   weft_sem s;
@@ -721,7 +721,7 @@ static void *sem_cancel_main(void *arg) {
   return NULL;
 }
 
-/* ---- event ----------------------------------------------------------------- */
+/* ---- event --------------------------------------------------------------- */
 static void *event_main(void *arg) {
   (void)arg;
   weft_event e;
@@ -855,7 +855,7 @@ static void *event_cancel_main(void *arg) {
   return NULL;
 }
 
-/* ---- misuse ------------------------------------------------------------------ */
+/* ---- misuse -------------------------------------------------------------- */
 static void *misuse_main(void *arg) {
   (void)arg;
   weft_mutex m = WEFT_MUTEX_INIT;
