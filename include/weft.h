@@ -20,6 +20,7 @@
 #ifndef WEFT_H
 #define WEFT_H
 
+#include <signal.h> /* sigset_t */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -375,20 +376,26 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
  * close()'s error (a negative errno). */
 int weft_close(int fd);
 
-/* A listening TCP socket on a numeric address ("127.0.0.1", "::1",
- * "0.0.0.0", "::"; NULL or "" means every IPv4 address), with SO_REUSEADDR.
+/* A listening TCP socket on host:port, with SO_REUSEADDR. host is a
+ * numeric address ("127.0.0.1", "::1", "0.0.0.0", "::"; NULL or "" means
+ * every IPv4 address) or a name, resolved with weft_getaddrinfo (on the
+ * pool inside a task): the first of its addresses that binds is used.
  * port 0 picks a free port (weft_sock_port tells which). backlog <= 0 means
- * SOMAXCONN. Returns the fd or a negative errno (-EINVAL for an address
- * that is not numeric; host names come with the executor). Does not block,
- * so it may also be called outside a task. */
+ * SOMAXCONN. Returns the fd or a negative errno (-ENOENT: no such name).
+ * With a numeric address it does not block, so it may be called outside a
+ * task too. */
 int weft_tcp_listen(const char *host, int port, int backlog);
 
-/* Connects to a numeric address (IPv4 or IPv6) with TCP_NODELAY. Returns the
- * connected fd or a negative errno. */
+/* Connects to host:port with TCP_NODELAY. host is a numeric address (IPv4
+ * or IPv6) or a name, resolved with weft_getaddrinfo: each address is
+ * tried in turn, in the resolver's order (IPv6 and IPv4), until one
+ * connects. Returns the connected fd or a negative errno (the last
+ * address's error; -ENOENT: no such name). */
 int weft_tcp_connect(const char *host, int port);
 
 /* A UDP socket bound to host:port (port 0: any free port; host NULL or "":
- * every IPv4 address). Returns the fd or a negative errno. */
+ * every IPv4 address; a name as for weft_tcp_listen). Returns the fd or a
+ * negative errno. */
 int weft_udp_bind(const char *host, int port);
 
 /* A listening Unix stream socket at `path` (an existing socket file there
@@ -821,6 +828,96 @@ weft_actor *weft_actor_self(void);
 
 /* The actor's task (for weft_cancel), NULL once it has ended. */
 weft_task *weft_actor_task(weft_actor *a);
+
+/* ------------------------------------------------------------------------ */
+/* Executor: blocking and CPU-bound work on a worker pool                     */
+/*
+ * Each loop has a pool of worker threads (weft_config.executor_threads;
+ * default: the online CPUs, at least 2). Threads start as jobs need them
+ * and are joined by weft_loop_free, which first waits for the jobs still
+ * running. Results come back to the loop through its wake-up eventfd: one
+ * wake-up per batch of completions. Workers run with every signal blocked.
+ *
+ * A job always runs to completion once submitted; nothing can stop a
+ * thread in the middle of a C function. When nobody takes its result (the
+ * caller was cancelled, the future was cancelled or released), the result
+ * goes to the release callback of weft_submit_opts, on the loop's thread;
+ * with no callback it is dropped. A loop with jobs in flight is not idle:
+ * weft_loop_run waits for them (and their release) before it returns.
+ */
+typedef struct weft_submit_opts {
+  /* release(result, release_arg) for a result nobody will take. NULL: the
+   * result is dropped. */
+  void (*release)(void *result, void *arg);
+  void *release_arg;
+} weft_submit_opts;
+
+/* Runs fn(arg) on the loop's pool while the caller's task waits and the
+ * other tasks keep running (seed 003's run_in_executor). 0 and *result
+ * (result may be NULL); -ECANCELED or -ETIMEDOUT at once when the task is
+ * cancelled or its scope expires (fn still runs to the end; its result
+ * goes to opts->release); -EAGAIN if no worker thread could be started;
+ * -ENOMEM; -EINVAL outside a task or fn NULL. fn must not call weft
+ * functions other than weft_call_soon_threadsafe and weft_loop_ref/unref. */
+int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result);
+int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
+                            const weft_submit_opts *opts);
+
+/* The same without waiting: a future, which the caller holds one reference
+ * to, gets fn's result (weft_await). Cancelling or releasing the future
+ * does not stop fn; its result then goes to opts->release. May be called
+ * outside a task (the current loop's pool). NULL and errno: EAGAIN, ENOMEM,
+ * EINVAL (fn NULL, no loop). */
+weft_future *weft_submit(void *(*fn)(void *), void *arg);
+weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
+                              const weft_submit_opts *opts);
+
+/* Jobs submitted to the loop's pool and not yet delivered, and the threads
+ * it has started: for tests and monitoring. */
+size_t weft_executor_pending(const weft_loop *loop);
+unsigned weft_executor_threads(const weft_loop *loop);
+
+/* ------------------------------------------------------------------------ */
+/* Name resolution, files and signals, built on the pool                     */
+
+struct addrinfo;
+
+/* getaddrinfo(3) run on the pool: the same arguments and the same list in
+ * *res, to be freed with freeaddrinfo. The strings and hints are copied,
+ * so they need live only for the call. Returns 0 or a negative errno:
+ * getaddrinfo's errors are mapped (EAI_NONAME, EAI_NODATA, EAI_SERVICE,
+ * EAI_ADDRFAMILY: -ENOENT; EAI_AGAIN: -EAGAIN; EAI_FAIL: -EIO; EAI_MEMORY:
+ * -ENOMEM; EAI_FAMILY: -EAFNOSUPPORT; EAI_SOCKTYPE: -ESOCKTNOSUPPORT;
+ * EAI_BADFLAGS: -EINVAL; EAI_SYSTEM: the errno). -ECANCELED, -ETIMEDOUT:
+ * the lookup finishes on the pool and its list is freed. Outside a task it
+ * calls getaddrinfo directly (nothing else would run meanwhile anyway). */
+int weft_getaddrinfo(const char *node, const char *service,
+                     const struct addrinfo *hints, struct addrinfo **res);
+
+/* Files: the calls of the same names run on the pool (a regular file is
+ * always "ready", so waiting for readiness would block the loop). Reads
+ * and writes go through a buffer of the job's own, so a cancelled call
+ * returns at once and never touches `buf` afterwards; a cancelled write may
+ * still happen. open adds O_CLOEXEC. Each returns what the POSIX call
+ * returns (an fd, a count, 0) or a negative errno; -ECANCELED, -ETIMEDOUT,
+ * -EINVAL outside a task. A cancelled open closes the fd it got; a
+ * cancelled close still closes. */
+int weft_file_open(const char *path, int flags, mode_t mode);
+ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset);
+ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset);
+int weft_file_fsync(int fd);
+int weft_file_close(int fd);
+
+/* Waits until one of the signals in `set` arrives, and gives its number in
+ * *signo (may be NULL). The signals are read from a signalfd, so they are
+ * blocked in the calling thread first and stay blocked afterwards (one
+ * arriving between two calls waits for the next instead of taking its
+ * default action). Block them in every other thread too (pthread_sigmask
+ * before creating threads), or the kernel may deliver them there; the
+ * pool's workers block every signal. 0; -ECANCELED, -ETIMEDOUT; -EINVAL
+ * (outside a task, set NULL or empty of catchable signals); -ENOSYS
+ * without signalfd. */
+int weft_signal_wait(const sigset_t *set, int *signo);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

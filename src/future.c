@@ -73,6 +73,8 @@ weft_future *weft_future_new(void) {
   return f;
 }
 
+uint32_t weft__future_refs(const weft_future *f) { return f->refs; }
+
 weft_future *weft_future_ref(weft_future *f) {
   if (f)
     f->refs++;

@@ -58,6 +58,7 @@ enum {
   WAIT_RECV,     /* detail: the channel's address */
   WAIT_SELECT,   /* detail: the number of cases */
   WAIT_MAILBOX,  /* detail: the actor's address */
+  WAIT_EXECUTOR, /* detail: the function running on the pool */
   WAIT_OTHER,    /* detail: an address */
 };
 
@@ -171,6 +172,16 @@ struct weft_loop {
   int wake_fd;      /* read end of the wake-up (eventfd), in fds[] */
   int wake_wfd;     /* its write end (the same fd for an eventfd) */
   int refs;         /* atomic: weft_loop_ref minus weft_loop_unref */
+
+  /* The executor (executor.c): its pool, NULL until the first job, and
+   * the pool's size from the config (0: the default). Workers push the
+   * jobs they finish onto jobs_done (atomic, lock-free) and wake the loop;
+   * each turn hands the list to weft__executor_deliver. jobs_pending
+   * counts jobs not yet delivered: they keep the loop alive. */
+  void *executor;
+  unsigned executor_max;
+  void *jobs_done;
+  size_t jobs_pending;
 
   /* Futures (future.c): freed records kept for reuse. */
   struct weft_future *future_cache;
@@ -289,6 +300,21 @@ void weft__call_soon_reserved(weft_loop *loop, void (*cb)(void *), void *arg);
 
 /* Runs the callbacks other threads queued (loop.c). */
 void weft__threadsafe_run(weft_loop *loop);
+
+/* Wakes the loop if it waits in its backend: from any thread (loop.c). */
+void weft__loop_wake(weft_loop *loop);
+
+/* Delivers the jobs on loop->jobs_done; joins the pool and releases what
+ * it still holds (executor.c). */
+void weft__executor_deliver(weft_loop *loop);
+void weft__executor_free(weft_loop *loop);
+
+/* A future's reference count (future.c). */
+uint32_t weft__future_refs(const weft_future *f);
+
+/* Forgets what the loop knows of fd, waking its waiters with -EBADF: what
+ * weft_close does before close() (io.c). */
+void weft__fd_forget(weft_loop *loop, int fd);
 
 /* The eventfd that wakes the loop fired: drain it (loop.c). */
 void weft__wake_fd_drain(weft_loop *loop);

@@ -504,21 +504,24 @@ int weft_wait_fd(int fd, int events) {
   return revents;
 }
 
+void weft__fd_forget(weft_loop *loop, int fd) {
+  if (!loop || fd < 0 || (size_t)fd >= loop->nfds)
+    return;
+  weft__fd *e = &loop->fds[fd];
+  while (e->waiters) {
+    weft__waiter *w = e->waiters;
+    waiter_unlink(loop, w);
+    weft__wake(w->task, -EBADF);
+  }
+  if (e->flags & FD_WATCHED)
+    loop->backend->unwatch(loop, fd, e, 1);
+  memset(e, 0, sizeof *e);
+}
+
 int weft_close(int fd) {
   if (fd < 0)
     return -EBADF;
-  weft_loop *loop = weft_loop_current();
-  if (loop && (size_t)fd < loop->nfds) {
-    weft__fd *e = &loop->fds[fd];
-    while (e->waiters) {
-      weft__waiter *w = e->waiters;
-      waiter_unlink(loop, w);
-      weft__wake(w->task, -EBADF);
-    }
-    if (e->flags & FD_WATCHED)
-      loop->backend->unwatch(loop, fd, e, 1);
-    memset(e, 0, sizeof *e);
-  }
+  weft__fd_forget(weft_loop_current(), fd);
   /* Linux frees the fd even when close fails with EINTR: never retry. */
   if (close(fd) < 0 && errno != EINTR)
     return -errno;

@@ -83,7 +83,7 @@ static void wake_close(weft_loop *loop) {
   loop->wake_fd = loop->wake_wfd = -1;
 }
 
-static void wake_write(weft_loop *loop) {
+void weft__loop_wake(weft_loop *loop) {
   uint64_t one = 1;
   ssize_t n;
   do
@@ -124,7 +124,7 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
   /* The loop's own thread needs no wake-up: it looks at the queue before
    * it next blocks. */
   if (signal && !on_loop_thread(loop))
-    wake_write(loop);
+    weft__loop_wake(loop);
   return 0;
 }
 
@@ -155,7 +155,7 @@ void weft_loop_unref(weft_loop *loop) {
   /* The last reference gone, a loop blocked for it must look again. */
   if (__atomic_sub_fetch(&loop->refs, 1, __ATOMIC_ACQ_REL) == 0 &&
       !on_loop_thread(loop))
-    wake_write(loop);
+    weft__loop_wake(loop);
 }
 
 /* ---- loops ------------------------------------------------------------ */
@@ -172,6 +172,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
     return NULL;
   loop->thread = pthread_self();
   loop->stack_size = weft__stack_round(cfg ? cfg->stack_size : 0);
+  loop->executor_max = cfg ? cfg->executor_threads : 0;
   loop->spare_fd = -1;
   loop->io_budget = WEFT__IO_BUDGET;
   loop->backend = backend;
@@ -214,6 +215,8 @@ void weft_loop_free(weft_loop *loop) {
       *p = loop->next_on_thread;
       break;
     }
+  /* The pool first: a job may still be using a task's stack (its arg). */
+  weft__executor_free(loop);
   weft__tasks_free(loop);
   weft__stack_trim();
   weft__timers_free(loop);
@@ -307,6 +310,8 @@ int weft_loop_run(weft_loop *loop) {
       weft__turn_now(loop);
     if (__atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE))
       weft__threadsafe_run(loop);
+    if (__atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED))
+      weft__executor_deliver(loop);
     weft__timers_fire(loop);
     weft__callbacks_run(loop);
     if (loop->ready_head && !loop->stop)
@@ -319,7 +324,8 @@ int weft_loop_run(weft_loop *loop) {
      * timers, queued callbacks, woken tasks or closed fds. */
     int64_t timeout;
     if (loop->ready_head || loop->cb_len ||
-        __atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE)) {
+        __atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED)) {
       /* Work is waiting, so the backend is only looked at, not waited
        * on; and only every WEFT__BUSY_POLL turns, or a loop whose tasks
        * wake each other would pay a system call per turn. */
@@ -329,8 +335,10 @@ int weft_loop_run(weft_loop *loop) {
     } else if (loop->heap_len) {
       int64_t next = weft__timers_next(loop), now = weft_now();
       timeout = next <= now ? 0 : next == WEFT_NEVER ? -1 : next - now;
-    } else if (loop->nwaiters || __atomic_load_n(&loop->refs, __ATOMIC_ACQUIRE)) {
-      timeout = -1; /* fd waits, or a reference held for another thread */
+    } else if (loop->nwaiters || loop->jobs_pending ||
+               __atomic_load_n(&loop->refs, __ATOMIC_ACQUIRE)) {
+      /* fd waits, jobs on the pool, or a reference held for a thread */
+      timeout = -1;
     } else if (loop->nlive == 0) {
       break; /* nothing is left */
     } else {

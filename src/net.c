@@ -1,13 +1,15 @@
 /*
- * Layer 5: sockets made ready to use: TCP listeners and connections on
- * numeric addresses, UDP, Unix stream sockets, and the printing of an
- * address as the seeds print it. Built only on the I/O calls (io.c) and
- * the socket calls of libc.
+ * Layer 5: sockets made ready to use: TCP listeners and connections by
+ * numeric address or host name (resolved with weft_getaddrinfo, on the
+ * executor's pool), UDP, Unix stream sockets, and the printing of an
+ * address as the seeds print it. Built only on the I/O calls (io.c), the
+ * resolver (dns.c) and the socket calls of libc.
  */
 #include "backend.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -71,50 +73,83 @@ static int bind_listen(int fd, const struct sockaddr *addr, socklen_t len,
   return fd;
 }
 
-/* A socket of `type` for host:port, whose address goes to *ss and *len:
- * the fd or a negative errno. */
-static int socket_for(const char *host, int port, int type,
-                      struct sockaddr_storage *ss, socklen_t *len) {
-  int rc = parse_addr(host, port, ss, len);
-  return rc < 0 ? rc : new_socket(ss->ss_family, type);
+/* A socket of `type` on host:port, set up by `ready` (bind, listen,
+ * connect...; it closes the fd when it fails and returns the error). A
+ * numeric host is used as it is; a name is resolved and each of its
+ * addresses tried in turn until one is ready. Returns the fd or the last
+ * address's error. */
+typedef int (*ready_fn)(int fd, const struct sockaddr *addr, socklen_t len,
+                        int arg);
+
+static int socket_on(const char *host, int port, int type, int passive,
+                     ready_fn ready, int arg) {
+  struct sockaddr_storage ss;
+  socklen_t len;
+  int rc = parse_addr(host, port, &ss, &len);
+  if (rc == 0) {
+    int fd = new_socket(ss.ss_family, type);
+    return fd < 0 ? fd : ready(fd, (struct sockaddr *)&ss, len, arg);
+  }
+  if (port < 0 || port > 65535)
+    return -EINVAL;
+  char service[8];
+  snprintf(service, sizeof service, "%d", port);
+  struct addrinfo hints, *res;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = type;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  if ((rc = weft_getaddrinfo(host, service, &hints, &res)) < 0)
+    return rc;
+  rc = -ENOENT;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    int fd = new_socket(ai->ai_family, type);
+    if (fd < 0) {
+      rc = fd;
+      continue; /* e.g. no IPv6 here: -EAFNOSUPPORT */
+    }
+    rc = ready(fd, ai->ai_addr, ai->ai_addrlen, arg);
+    if (rc >= 0 || rc == -ECANCELED || rc == -ETIMEDOUT)
+      break;
+  }
+  freeaddrinfo(res);
+  return rc;
+}
+
+static int listen_ready(int fd, const struct sockaddr *addr, socklen_t len,
+                        int backlog) {
+  int one = 1;
+  if (backlog != -1)
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  return bind_listen(fd, addr, len, backlog);
 }
 
 int weft_tcp_listen(const char *host, int port, int backlog) {
-  struct sockaddr_storage ss;
-  socklen_t len;
-  int fd = socket_for(host, port, SOCK_STREAM, &ss, &len);
-  if (fd < 0)
-    return fd;
-  int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  return bind_listen(fd, (struct sockaddr *)&ss, len,
-                     backlog < 0 ? 0 : backlog);
+  return socket_on(host, port, SOCK_STREAM, 1, listen_ready,
+                   backlog < 0 ? 0 : backlog);
 }
 
-int weft_tcp_connect(const char *host, int port) {
-  struct sockaddr_storage ss;
-  socklen_t len;
-  if (!host || !*host)
-    return -EINVAL;
-  int rc, fd = socket_for(host, port, SOCK_STREAM, &ss, &len);
-  if (fd < 0)
-    return fd;
+static int connect_ready(int fd, const struct sockaddr *addr, socklen_t len,
+                         int unused) {
+  (void)unused;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if ((rc = weft_connect(fd, (struct sockaddr *)&ss, len)) < 0) {
+  int rc = weft_connect(fd, addr, len);
+  if (rc < 0) {
     weft_close(fd);
     return rc;
   }
   return fd;
 }
 
+int weft_tcp_connect(const char *host, int port) {
+  if (!host || !*host)
+    return -EINVAL;
+  return socket_on(host, port, SOCK_STREAM, 0, connect_ready, 0);
+}
+
 int weft_udp_bind(const char *host, int port) {
-  struct sockaddr_storage ss;
-  socklen_t len;
-  int fd = socket_for(host, port, SOCK_DGRAM, &ss, &len);
-  if (fd < 0)
-    return fd;
-  return bind_listen(fd, (struct sockaddr *)&ss, len, -1);
+  return socket_on(host, port, SOCK_DGRAM, 1, listen_ready, -1);
 }
 
 /* path as a Unix socket address; -ENAMETOOLONG if it does not fit. */

@@ -1,0 +1,357 @@
+/*
+ * Layer 5: the executor, a pool of worker threads per loop for work that
+ * would block it (seed 003's run_in_executor): CPU-bound code, blocking
+ * calls, getaddrinfo, files.
+ *
+ * A job is a record the loop allocates (and keeps for reuse). Submitting
+ * queues it under the pool's lock and wakes an idle worker, or starts a
+ * thread if none is idle and the pool is not full. The worker runs fn and
+ * pushes the job onto the loop's list of finished jobs (lock-free: a
+ * compare-and-swap on the list head); the push that finds the list empty
+ * writes the loop's wake-up eventfd, so a batch of completions costs one
+ * wake-up. At its next turn the loop takes the whole list and delivers
+ * each job: it wakes the task waiting in weft_run_in_thread, or completes
+ * the future of weft_submit, or, when nobody is there to take the result
+ * any more, hands it to the job's release callback.
+ *
+ * Only the loop's thread touches a job before it is queued and after it
+ * is delivered; a worker owns it in between.
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct job {
+  void *(*fn)(void *);
+  void *arg;
+  void *result;
+  struct job *next; /* in the pool's queue, the done list, the cache */
+  weft_task *task;  /* weft_run_in_thread's caller while it waits, or NULL */
+  void **out;       /* ... and where its result goes (on its stack) */
+  weft_future *future; /* weft_submit's future (the job holds a reference) */
+  void (*release)(void *result, void *arg);
+  void *release_arg;
+} job;
+
+typedef struct pool {
+  pthread_mutex_t lock;
+  pthread_cond_t work;   /* idle workers wait here */
+  job *head, *tail;      /* queued jobs, FIFO */
+  size_t queued;         /* how many */
+  unsigned idle;         /* workers waiting on `work` */
+  unsigned nthreads;     /* started (atomic: read by weft_executor_threads) */
+  unsigned max;          /* the pool's size */
+  int stopping;          /* weft_loop_free: drain the queue, then exit */
+  pthread_t *threads;    /* max of them */
+  weft_loop *loop;
+  job *cache;            /* delivered records, for reuse (loop thread) */
+  size_t cached;
+} pool;
+
+/* Job records kept per loop for reuse; beyond this many they are freed. */
+#define JOB_CACHE_MAX 256
+
+static unsigned default_threads(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 2 ? 2 : (unsigned)n;
+}
+
+static pool *pool_get(weft_loop *loop) {
+  if (loop->executor)
+    return loop->executor;
+  pool *p = weft__calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->max = loop->executor_max ? loop->executor_max : default_threads();
+  p->threads = weft__calloc(p->max, sizeof *p->threads);
+  if (!p->threads) {
+    weft__free(p);
+    return NULL;
+  }
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_cond_init(&p->work, NULL);
+  p->loop = loop;
+  loop->executor = p;
+  return p;
+}
+
+/* ---- the workers ------------------------------------------------------ */
+/* A finished job goes onto the loop's list; the push that finds it empty
+ * wakes the loop, which takes the whole list at its next turn. */
+static void push_done(weft_loop *loop, job *j) {
+  job *old = __atomic_load_n((job **)&loop->jobs_done, __ATOMIC_RELAXED);
+  do
+    j->next = old;
+  while (!__atomic_compare_exchange_n((job **)&loop->jobs_done, &old, j, 1,
+                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+  if (!old)
+    weft__loop_wake(loop);
+}
+
+static void *worker(void *arg) {
+  pool *p = arg;
+  pthread_mutex_lock(&p->lock);
+  for (;;) {
+    while (!p->head && !p->stopping) {
+      p->idle++;
+      pthread_cond_wait(&p->work, &p->lock);
+      p->idle--;
+    }
+    job *j = p->head;
+    if (!j)
+      break; /* stopping, and nothing is left to run */
+    p->head = j->next;
+    if (!p->head)
+      p->tail = NULL;
+    p->queued--;
+    pthread_mutex_unlock(&p->lock);
+    j->result = j->fn(j->arg);
+    push_done(p->loop, j); /* j is the loop's again: touch it no more */
+    pthread_mutex_lock(&p->lock);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return NULL;
+}
+
+/* Starts one more worker, with every signal blocked (the loop's thread,
+ * or weft_signal_wait, is where signals belong). Called with the lock. */
+static int start_worker(pool *p) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&p->threads[p->nthreads], NULL, worker, p);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0)
+    return -rc;
+  __atomic_store_n(&p->nthreads, p->nthreads + 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* Queues j. Returns 0, or -EAGAIN if the pool has no thread and none could
+ * be started (j is not queued). */
+static int pool_queue(pool *p, job *j) {
+  j->next = NULL;
+  pthread_mutex_lock(&p->lock);
+  if (p->tail)
+    p->tail->next = j;
+  else
+    p->head = j;
+  p->tail = j;
+  p->queued++;
+  int rc = 0;
+  if (p->queued <= p->idle) {
+    pthread_cond_signal(&p->work);
+  } else if (p->nthreads < p->max && start_worker(p) < 0 && !p->nthreads) {
+    p->head = p->tail = NULL; /* j was the only one queued */
+    p->queued = 0;
+    rc = -EAGAIN;
+  }
+  pthread_mutex_unlock(&p->lock);
+  return rc;
+}
+
+/* ---- jobs on the loop's side ----------------------------------------- */
+static job *job_new(weft_loop *loop, void *(*fn)(void *), void *arg,
+                    const weft_submit_opts *opts) {
+  pool *p = pool_get(loop);
+  if (!p)
+    return NULL;
+  job *j = p->cache;
+  if (j) {
+    p->cache = j->next;
+    p->cached--;
+  } else if (!(j = weft__malloc(sizeof *j))) {
+    return NULL;
+  }
+  j->fn = fn;
+  j->arg = arg;
+  j->result = NULL;
+  j->task = NULL;
+  j->out = NULL;
+  j->future = NULL;
+  j->release = opts ? opts->release : NULL;
+  j->release_arg = opts ? opts->release_arg : NULL;
+  return j;
+}
+
+static void job_free(pool *p, job *j) {
+  if (p->cached < JOB_CACHE_MAX) {
+    j->next = p->cache;
+    p->cache = j;
+    p->cached++;
+  } else {
+    weft__free(j);
+  }
+}
+
+/* Queues j and counts it as the loop's work; on failure frees it. */
+static int job_submit(weft_loop *loop, job *j) {
+  pool *p = loop->executor;
+  int rc = pool_queue(p, j);
+  if (rc < 0) {
+    job_free(p, j);
+    return rc;
+  }
+  loop->jobs_pending++;
+  return 0;
+}
+
+static void job_drop_result(job *j) {
+  if (j->release)
+    j->release(j->result, j->release_arg);
+}
+
+/* A finished job, on the loop's thread. */
+static void deliver(weft_loop *loop, job *j) {
+  pool *p = loop->executor;
+  loop->jobs_pending--;
+  if (j->task) { /* its caller still waits */
+    *j->out = j->result;
+    weft__wake(j->task, 0);
+    job_free(p, j);
+    return;
+  }
+  weft_future *f = j->future;
+  /* The job holds one reference: with no other, nobody can see a value. */
+  if (f && !weft_future_done(f) && weft__future_refs(f) > 1)
+    weft_future_set_result(f, j->result);
+  else
+    job_drop_result(j);
+  weft_future_release(f);
+  job_free(p, j);
+}
+
+/* The jobs workers finished since the last turn (loop.c calls it when the
+ * list is not empty). They were pushed newest first: deliver oldest first. */
+static void deliver_all(weft_loop *loop) {
+  job *j = __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
+  job *fifo = NULL;
+  while (j) {
+    job *next = j->next;
+    j->next = fifo;
+    fifo = j;
+    j = next;
+  }
+  while (fifo) {
+    job *next = fifo->next;
+    deliver(loop, fifo);
+    fifo = next;
+  }
+}
+
+/* weft_loop_free: let the workers finish what was queued, join them, and
+ * release the results nobody will take now (no task runs again). */
+static void executor_free(weft_loop *loop) {
+  pool *p = loop->executor;
+  pthread_mutex_lock(&p->lock);
+  p->stopping = 1;
+  pthread_cond_broadcast(&p->work);
+  pthread_mutex_unlock(&p->lock);
+  for (unsigned i = 0; i < p->nthreads; i++)
+    pthread_join(p->threads[i], NULL);
+  job *j = __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
+  while (j) {
+    job *next = j->next;
+    job_drop_result(j);
+    weft_future_release(j->future);
+    weft__free(j);
+    j = next;
+  }
+  while ((j = p->cache)) {
+    p->cache = j->next;
+    weft__free(j);
+  }
+  loop->jobs_pending = 0;
+  pthread_cond_destroy(&p->work);
+  pthread_mutex_destroy(&p->lock);
+  weft__free(p->threads);
+  weft__free(p);
+  loop->executor = NULL;
+}
+
+void weft__executor_deliver(weft_loop *loop) { deliver_all(loop); }
+void weft__executor_free(weft_loop *loop) {
+  if (loop->executor)
+    executor_free(loop);
+}
+
+/* ---- the public calls ------------------------------------------------- */
+/* The caller was cancelled: the job is nobody's now; delivery releases it. */
+static void undo_run(weft_task *t, void *arg) {
+  job *j = arg;
+  (void)t;
+  j->task = NULL;
+  j->out = NULL;
+}
+
+int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
+                            const weft_submit_opts *opts) {
+  weft_task *t = weft__running_task();
+  if (!t || !fn)
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  weft_loop *loop = t->loop;
+  job *j = job_new(loop, fn, arg, opts);
+  if (!j)
+    return -ENOMEM;
+  void *out = NULL;
+  j->task = t;
+  j->out = &out;
+  if ((rc = job_submit(loop, j)) < 0)
+    return rc;
+  /* Woken by delivery (which frees the job), or cancelled: then undo_run
+   * has made the job nobody's, and delivery releases its result. */
+  rc = weft__park(WAIT_EXECUTOR, (int64_t)(uintptr_t)fn, undo_run, j);
+  if (rc == 0 && result)
+    *result = out;
+  return rc;
+}
+
+int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result) {
+  return weft_run_in_thread_with(fn, arg, result, NULL);
+}
+
+weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
+                              const weft_submit_opts *opts) {
+  weft_loop *loop = weft__loop_running ? weft__loop_running : weft_loop_current();
+  if (!loop || !fn) {
+    errno = EINVAL;
+    return NULL;
+  }
+  weft_future *f = weft_future_new();
+  if (!f)
+    return NULL;
+  job *j = job_new(loop, fn, arg, opts);
+  if (!j) {
+    weft_future_release(f);
+    errno = ENOMEM;
+    return NULL;
+  }
+  j->future = weft_future_ref(f);
+  int rc = job_submit(loop, j);
+  if (rc < 0) {
+    weft_future_release(f);
+    weft_future_release(f);
+    errno = -rc;
+    return NULL;
+  }
+  return f;
+}
+
+weft_future *weft_submit(void *(*fn)(void *), void *arg) {
+  return weft_submit_with(fn, arg, NULL);
+}
+
+size_t weft_executor_pending(const weft_loop *loop) {
+  return loop ? loop->jobs_pending : 0;
+}
+
+unsigned weft_executor_threads(const weft_loop *loop) {
+  const pool *p = loop ? loop->executor : NULL;
+  return p ? __atomic_load_n(&p->nthreads, __ATOMIC_RELAXED) : 0;
+}

@@ -1,0 +1,199 @@
+/*
+ * Layer 5: files. A regular file is always "ready" to epoll and poll, and a
+ * read of a cold page blocks the thread in the kernel, so the calls run on
+ * the executor's pool (the io_uring backend will put them on its ring).
+ *
+ * Each call is one job whose record carries what the call needs: the path
+ * of an open, a buffer for the data of a read or a write. A read lands in
+ * that buffer and is copied out when the caller takes the result, so a
+ * caller that was cancelled has returned, and its buffer is never written
+ * afterwards; a write copies the data in before the job is queued.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { F_OPEN, F_READ, F_WRITE, F_FSYNC, F_CLOSE };
+
+/* The most one read or write moves (a longer one is a short count). */
+#define FILE_IO_MAX ((size_t)16 << 20)
+
+typedef struct fop {
+  int op;     /* F_* */
+  int fd;
+  int flags;  /* open's */
+  mode_t mode;
+  size_t len;
+  off_t off;
+  ssize_t rc; /* the call's result or -errno */
+  char data[]; /* open: the path; read, write: the bytes */
+} fop;
+
+static void *run_fop(void *arg) {
+  fop *f = arg;
+  ssize_t rc;
+  switch (f->op) {
+  case F_OPEN:
+    do
+      rc = open(f->data, f->flags, f->mode);
+    while (rc < 0 && errno == EINTR);
+    break;
+  case F_READ:
+    do
+      rc = pread(f->fd, f->data, f->len, f->off);
+    while (rc < 0 && errno == EINTR);
+    break;
+  case F_WRITE:
+    do
+      rc = pwrite(f->fd, f->data, f->len, f->off);
+    while (rc < 0 && errno == EINTR);
+    break;
+  case F_FSYNC:
+    do
+      rc = fsync(f->fd);
+    while (rc < 0 && errno == EINTR);
+    break;
+  default: /* F_CLOSE: Linux frees the fd even on EINTR; never retry */
+    rc = close(f->fd);
+    if (rc < 0 && errno == EINTR)
+      rc = 0;
+    break;
+  }
+  f->rc = rc < 0 ? -errno : rc;
+  return f;
+}
+
+/* A job nobody waits for any more: an open's fd is closed. */
+static void fop_release(void *result, void *unused) {
+  fop *f = result;
+  (void)unused;
+  if (f->op == F_OPEN && f->rc >= 0)
+    close((int)f->rc);
+  weft__free(f);
+}
+
+static fop *fop_new(int op, int fd, size_t extra) {
+  fop *f = weft__malloc(sizeof *f + extra);
+  if (f) {
+    memset(f, 0, sizeof *f);
+    f->op = op;
+    f->fd = fd;
+  }
+  return f;
+}
+
+/* Runs f on the pool and frees it. Returns the call's result (a read's
+ * bytes copied to `out` first), or a negative errno if the caller stopped
+ * waiting (-ECANCELED, -ETIMEDOUT: fop_release frees f when the job ends)
+ * or the job could not be queued. */
+static ssize_t fop_run(fop *f, void *out) {
+  weft_submit_opts opts = {.release = fop_release};
+  int rc = weft__checkpoint();
+  if (rc < 0) { /* checked here, so a -ECANCELED below means queued */
+    weft__free(f);
+    return rc;
+  }
+  rc = weft_run_in_thread_with(run_fop, f, NULL, &opts);
+  if (rc < 0) {
+    if (rc != -ECANCELED && rc != -ETIMEDOUT)
+      weft__free(f); /* never queued */
+    return rc;
+  }
+  ssize_t r = f->rc;
+  if (f->op == F_READ && r > 0)
+    memcpy(out, f->data, (size_t)r);
+  weft__free(f);
+  return r;
+}
+
+/* Every call needs a task; -EINVAL outside one. */
+static int in_task(void) { return weft__running_task() != NULL; }
+
+int weft_file_open(const char *path, int flags, mode_t mode) {
+  if (!path || !in_task())
+    return -EINVAL;
+  size_t n = strlen(path) + 1;
+  fop *f = fop_new(F_OPEN, -1, n);
+  if (!f)
+    return -ENOMEM;
+  memcpy(f->data, path, n);
+  f->flags = flags | O_CLOEXEC;
+  f->mode = mode;
+  return (int)fop_run(f, NULL);
+}
+
+ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset) {
+  if (!in_task() || (!buf && len))
+    return -EINVAL;
+  if (fd < 0)
+    return -EBADF;
+  if (len > FILE_IO_MAX)
+    len = FILE_IO_MAX;
+  fop *f = fop_new(F_READ, fd, len);
+  if (!f)
+    return -ENOMEM;
+  f->len = len;
+  f->off = offset;
+  return fop_run(f, buf);
+}
+
+ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset) {
+  if (!in_task() || (!buf && len))
+    return -EINVAL;
+  if (fd < 0)
+    return -EBADF;
+  if (len > FILE_IO_MAX)
+    len = FILE_IO_MAX;
+  fop *f = fop_new(F_WRITE, fd, len);
+  if (!f)
+    return -ENOMEM;
+  if (len)
+    memcpy(f->data, buf, len);
+  f->len = len;
+  f->off = offset;
+  return fop_run(f, NULL);
+}
+
+int weft_file_fsync(int fd) {
+  if (!in_task())
+    return -EINVAL;
+  if (fd < 0)
+    return -EBADF;
+  fop *f = fop_new(F_FSYNC, fd, 0);
+  return f ? (int)fop_run(f, NULL) : -ENOMEM;
+}
+
+/* A close is queued even for a task already cancelled: "a cancelled close
+ * still closes", so the fd is never left open by a cancellation. */
+int weft_file_close(int fd) {
+  weft_task *t = weft__running_task();
+  if (!t)
+    return -EINVAL;
+  if (fd < 0)
+    return -EBADF;
+  fop *f = fop_new(F_CLOSE, fd, 0);
+  if (!f)
+    return -ENOMEM;
+  weft__fd_forget(t->loop, fd);
+  weft_submit_opts opts = {.release = fop_release};
+  int rc = weft__checkpoint();
+  if (rc < 0) {
+    /* Cancelled already: close here (a close of a regular file does not
+     * wait for I/O on Linux, except on network file systems) */
+    weft__free(f);
+    return close(fd) < 0 && errno != EINTR ? -errno : rc;
+  }
+  rc = weft_run_in_thread_with(run_fop, f, NULL, &opts);
+  if (rc < 0) {
+    if (rc == -ECANCELED || rc == -ETIMEDOUT)
+      return rc; /* the close happens on the pool */
+    weft__free(f);
+    return close(fd) < 0 && errno != EINTR ? -errno : 0;
+  }
+  rc = (int)f->rc;
+  weft__free(f);
+  return rc;
+}

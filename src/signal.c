@@ -1,0 +1,51 @@
+/*
+ * Layer 5: signals as an ordinary blocking call. weft_signal_wait blocks
+ * the signals of its set in the loop's thread (they then stay pending
+ * instead of running a handler or their default action) and reads them
+ * from a signalfd, which the loop waits on like any fd.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/signalfd.h>
+#endif
+
+/* Does set hold a signal a signalfd can report (not SIGKILL or SIGSTOP)? */
+static int catchable(const sigset_t *set) {
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP && sigismember(set, s) == 1)
+      return 1;
+  return 0;
+}
+
+int weft_signal_wait(const sigset_t *set, int *signo) {
+  if (!set || !weft__running_task() || !catchable(set))
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+#ifdef __linux__
+  /* Blocked first: a signal that comes before the signalfd exists stays
+   * pending, and the signalfd reports it. */
+  pthread_sigmask(SIG_BLOCK, set, NULL);
+  int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  struct signalfd_siginfo si;
+  ssize_t n = weft_read(fd, &si, sizeof si);
+  weft_close(fd);
+  if (n < 0)
+    return (int)n;
+  if (n != (ssize_t)sizeof si)
+    return -EIO;
+  if (signo)
+    *signo = (int)si.ssi_signo;
+  return 0;
+#else
+  return -ENOSYS;
+#endif
+}
