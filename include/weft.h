@@ -901,7 +901,12 @@ int weft_getaddrinfo(const char *node, const char *service,
  * still happen. open adds O_CLOEXEC. Each returns what the POSIX call
  * returns (an fd, a count, 0) or a negative errno; -ECANCELED, -ETIMEDOUT,
  * -EINVAL outside a task. A cancelled open closes the fd it got; a
- * cancelled close still closes. */
+ * cancelled close still closes. The calls of a cancelled read or write
+ * still run on the pool: weft_file_close of an fd with such calls in flight
+ * returns at once (0, or -ECANCELED for a cancelled task) and closes the fd
+ * when the last of them has ended, so
+ * its number is not reused before (close files with weft_file_close, not
+ * weft_close). */
 int weft_file_open(const char *path, int flags, mode_t mode);
 ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset);
 ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset);

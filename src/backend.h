@@ -73,8 +73,9 @@ struct weft__fd {
   uint8_t flags;         /* FD_* */
   uint8_t ready;         /* WEFT_READ|WEFT_WRITE: may be ready, try first */
   uint8_t wanted;        /* union of the waiters' events */
-  uint8_t unused;
+  uint8_t closing; /* weft_file_close waits for file_jobs to end (file.c) */
   uint32_t slot; /* the backend's own index (poll: pollfd slot) */
+  uint32_t file_jobs; /* file reads, writes, fsyncs on the pool (file.c) */
 };
 
 struct weft__backend {

@@ -63,7 +63,7 @@ static void lookup_free(void *result, void *unused) {
 
 int weft_getaddrinfo(const char *node, const char *service,
                      const struct addrinfo *hints, struct addrinfo **res) {
-  if (!res || (!node && !service))
+  if (!res)
     return -EINVAL;
   *res = NULL;
   if (!weft__running_task()) {

@@ -8,8 +8,14 @@
  * that buffer and is copied out when the caller takes the result, so a
  * caller that was cancelled has returned, and its buffer is never written
  * afterwards; a write copies the data in before the job is queued.
+ *
+ * A cancelled read or write still runs on its worker, on the same fd
+ * number. So the loop counts the jobs of each fd (weft__fd.file_jobs), and
+ * weft_file_close of an fd that still has some closes it only once the
+ * last has ended: the number cannot be reused by a new open meanwhile, and
+ * a late write can never land in another file.
  */
-#include "internal.h"
+#include "backend.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +28,7 @@ enum { F_OPEN, F_READ, F_WRITE, F_FSYNC, F_CLOSE };
 #define FILE_IO_MAX ((size_t)16 << 20)
 
 typedef struct fop {
+  weft_loop *loop;
   int op;     /* F_* */
   int fd;
   int flags;  /* open's */
@@ -66,12 +73,28 @@ static void *run_fop(void *arg) {
   return f;
 }
 
+/* Reads, writes and fsyncs count as the fd's jobs from queueing to end. */
+static int counted(const fop *f) { return f->op >= F_READ && f->op <= F_FSYNC; }
+
+/* A counted job has ended (on the loop's thread): the last one of an fd
+ * being closed closes it. */
+static void fop_ended(fop *f) {
+  if (!counted(f))
+    return;
+  weft__fd *e = &f->loop->fds[f->fd];
+  if (--e->file_jobs == 0 && e->closing) {
+    e->closing = 0;
+    close(f->fd); /* a regular file's close does not wait for I/O */
+  }
+}
+
 /* A job nobody waits for any more: an open's fd is closed. */
 static void fop_release(void *result, void *unused) {
   fop *f = result;
   (void)unused;
   if (f->op == F_OPEN && f->rc >= 0)
     close((int)f->rc);
+  fop_ended(f);
   weft__free(f);
 }
 
@@ -79,6 +102,7 @@ static fop *fop_new(int op, int fd, size_t extra) {
   fop *f = weft__malloc(sizeof *f + extra);
   if (f) {
     memset(f, 0, sizeof *f);
+    f->loop = weft__running_task()->loop;
     f->op = op;
     f->fd = fd;
   }
@@ -96,15 +120,26 @@ static ssize_t fop_run(fop *f, void *out) {
     weft__free(f);
     return rc;
   }
+  if (counted(f)) {
+    weft__fd *e = weft__fd_get(f->loop, f->fd);
+    if (!e) {
+      weft__free(f);
+      return -ENOMEM;
+    }
+    e->file_jobs++;
+  }
   rc = weft_run_in_thread_with(run_fop, f, NULL, &opts);
   if (rc < 0) {
-    if (rc != -ECANCELED && rc != -ETIMEDOUT)
-      weft__free(f); /* never queued */
+    if (rc != -ECANCELED && rc != -ETIMEDOUT) { /* never queued */
+      fop_ended(f);
+      weft__free(f);
+    }
     return rc;
   }
   ssize_t r = f->rc;
   if (f->op == F_READ && r > 0)
     memcpy(out, f->data, (size_t)r);
+  fop_ended(f);
   weft__free(f);
   return r;
 }
@@ -166,7 +201,7 @@ int weft_file_fsync(int fd) {
   return f ? (int)fop_run(f, NULL) : -ENOMEM;
 }
 
-/* A close is queued even for a task already cancelled: "a cancelled close
+/* A close happens even for a task already cancelled: "a cancelled close
  * still closes", so the fd is never left open by a cancellation. */
 int weft_file_close(int fd) {
   weft_task *t = weft__running_task();
@@ -174,10 +209,15 @@ int weft_file_close(int fd) {
     return -EINVAL;
   if (fd < 0)
     return -EBADF;
+  weft_loop *loop = t->loop;
+  weft__fd_forget(loop, fd);
+  if ((size_t)fd < loop->nfds && loop->fds[fd].file_jobs) {
+    loop->fds[fd].closing = 1; /* the last job's end closes it */
+    return weft__checkpoint();
+  }
   fop *f = fop_new(F_CLOSE, fd, 0);
   if (!f)
     return -ENOMEM;
-  weft__fd_forget(t->loop, fd);
   weft_submit_opts opts = {.release = fop_release};
   int rc = weft__checkpoint();
   if (rc < 0) {

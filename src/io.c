@@ -515,7 +515,9 @@ void weft__fd_forget(weft_loop *loop, int fd) {
   }
   if (e->flags & FD_WATCHED)
     loop->backend->unwatch(loop, fd, e, 1);
+  uint32_t jobs = e->file_jobs; /* still running: file.c counts them down */
   memset(e, 0, sizeof *e);
+  e->file_jobs = jobs;
 }
 
 int weft_close(int fd) {

@@ -118,13 +118,15 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
   }
   loop->ts_q[loop->ts_len++] = (weft__callback){cb, arg};
   __atomic_store_n(&loop->ts_pending, 1, __ATOMIC_RELEASE);
-  int signal = !loop->ts_signalled;
-  loop->ts_signalled = 1;
-  pthread_mutex_unlock(&loop->ts_lock);
-  /* The loop's own thread needs no wake-up: it looks at the queue before
+  /* The write is made under the lock, once per batch: once the lock is
+   * released the callback may run, and the loop be freed, at any moment.
+   * The loop's own thread needs no wake-up: it looks at the queue before
    * it next blocks. */
-  if (signal && !on_loop_thread(loop))
+  if (!loop->ts_signalled && !on_loop_thread(loop)) {
+    loop->ts_signalled = 1;
     weft__loop_wake(loop);
+  }
+  pthread_mutex_unlock(&loop->ts_lock);
   return 0;
 }
 
@@ -152,10 +154,14 @@ void weft_loop_ref(weft_loop *loop) {
 void weft_loop_unref(weft_loop *loop) {
   if (!loop)
     return;
-  /* The last reference gone, a loop blocked for it must look again. */
+  /* The last reference gone, a loop blocked for it must look again. Under
+   * the lock, as above: the loop may end (and be freed) as soon as it sees
+   * no reference, and weft_loop_free takes the lock before it closes. */
+  pthread_mutex_lock(&loop->ts_lock);
   if (__atomic_sub_fetch(&loop->refs, 1, __ATOMIC_ACQ_REL) == 0 &&
       !on_loop_thread(loop))
     weft__loop_wake(loop);
+  pthread_mutex_unlock(&loop->ts_lock);
 }
 
 /* ---- loops ------------------------------------------------------------ */
@@ -224,7 +230,11 @@ void weft_loop_free(weft_loop *loop) {
   weft__actors_free(loop);
   weft__fds_free(loop);
   loop->backend->fini(loop);
+  /* A thread may still be inside weft_call_soon_threadsafe or
+   * weft_loop_unref, writing the eventfd: it holds the lock until done. */
+  pthread_mutex_lock(&loop->ts_lock);
   wake_close(loop);
+  pthread_mutex_unlock(&loop->ts_lock);
   pthread_mutex_destroy(&loop->ts_lock);
   weft__free(loop->ts_q);
   weft__free(loop->ts_run);

@@ -158,10 +158,14 @@ static void *errors_main(void *arg) {
   CHECK_EQ(weft_close(lfd), 0);
   /* Nobody listens there now. */
   CHECK_EQ(weft_tcp_connect("127.0.0.1", port), -ECONNREFUSED);
-  CHECK_EQ(weft_tcp_connect("localhost", port), -EINVAL);
+  /* A name is resolved (on the pool), then refused like the number. */
+  CHECK_EQ(weft_tcp_connect("localhost", port), -ECONNREFUSED);
   CHECK_EQ(weft_tcp_connect(NULL, port), -EINVAL);
   CHECK_EQ(weft_tcp_connect("127.0.0.1", 65536), -EINVAL);
-  CHECK_EQ(weft_tcp_listen("not an address", 0, 0), -EINVAL);
+  /* Not a name either: no such host (-EAGAIN if a resolver was asked and
+   * could not be reached: there is no network here). */
+  int rc = weft_tcp_listen("not an address.invalid", 0, 0);
+  CHECK(rc == -ENOENT || rc == -EAGAIN);
   CHECK_EQ(weft_tcp_listen("127.0.0.1", -1, 0), -EINVAL);
   char longpath[200];
   memset(longpath, 'a', sizeof longpath - 1);
