@@ -727,6 +727,9 @@ typedef struct weft_sem {
   void *priv_head, *priv_tail;
 } weft_sem;
 
+/* A semaphore holding n units, for static initialisation. */
+#define WEFT_SEM_INIT(n) {(n), NULL, NULL}
+
 void weft_sem_init(weft_sem *s, size_t count);
 
 /* Takes one unit, waiting while there is none. 0, -ECANCELED, -ETIMEDOUT,

@@ -424,7 +424,7 @@ static int send_bounded(weft_actor *a, void *msg) {
   /* 0: a receive moved msg into the mailbox. -ENOENT: the actor ended.
    * -ECANCELED, -ETIMEDOUT: the undo took w off; msg was not queued.
    * Either way w is off the list, and `a` must not be touched again. */
-  return weft__park(WAIT_MAILBOX, (int64_t)(uintptr_t)a, undo_send, &w);
+  return weft__park(WAIT_MAILBOX_FULL, (int64_t)(uintptr_t)a, undo_send, &w);
 }
 
 static int send_to(weft_actor *a, void *msg) {

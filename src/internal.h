@@ -57,7 +57,8 @@ enum {
   WAIT_SEND,     /* detail: the channel's address */
   WAIT_RECV,     /* detail: the channel's address */
   WAIT_SELECT,   /* detail: the number of cases */
-  WAIT_MAILBOX,  /* detail: the actor's address */
+  WAIT_MAILBOX,  /* detail: the actor's address (its recv) */
+  WAIT_MAILBOX_FULL, /* detail: the actor's address (a send to it) */
   WAIT_EXECUTOR, /* detail: the function running on the pool */
   WAIT_OTHER,    /* detail: an address */
 };

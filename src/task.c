@@ -549,6 +549,9 @@ static void describe_wait(const weft_task *t, char *buf, size_t len) {
   case WAIT_RECV: snprintf(buf, len, "recv on chan %#llx", d); break;
   case WAIT_SELECT: snprintf(buf, len, "select of %lld cases", d); break;
   case WAIT_MAILBOX: snprintf(buf, len, "mailbox of actor %#llx", d); break;
+  case WAIT_MAILBOX_FULL:
+    snprintf(buf, len, "send to full mailbox of actor %#llx", d);
+    break;
   case WAIT_EXECUTOR: snprintf(buf, len, "job %#llx on the pool", d); break;
   case WAIT_OTHER: snprintf(buf, len, "%#llx", d); break;
   default: snprintf(buf, len, "-"); break;

@@ -890,6 +890,49 @@ static void test_oom(void) {
   CHECK_EXITED(res, 0);
 }
 
+/* weft_dump tells an actor waiting for mail from a task waiting to send
+ * to a full mailbox. */
+static int dump_main(void *unused) {
+  (void)unused;
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  seen full = {.gate = gate}, idle = {0};
+  weft_actor_opts o = {.mailbox_bound = 1};
+  weft_actor *a = weft_actor_spawn_opts("full", recorder, &full, &o);
+  weft_actor *b = weft_actor_spawn("idle", recorder, &idle);
+  CHECK(a && b);
+  CHECK_EQ(weft_actor_send_to(a, P(1)), 0); /* the mailbox is full now */
+  send_job j;
+  weft_task *t = start_sender(&j, a, 2);
+  settle();
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK(f);
+  weft_dump(f);
+  fclose(f);
+  char want[96];
+  snprintf(want, sizeof want, "send to full mailbox of actor %#llx",
+           (unsigned long long)(uintptr_t)a);
+  CHECK(strstr(buf, want));
+  snprintf(want, sizeof want, "mailbox of actor %#llx",
+           (unsigned long long)(uintptr_t)b);
+  CHECK(strstr(buf, want));
+  free(buf);
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(j.rc, 0);
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  CHECK_EQ(weft_actor_send_to(b, STOP), 0);
+  wait_ended(a);
+  wait_ended(b);
+  check_got(&full, (intptr_t[]){1, 2}, 2);
+  weft_future_release(gate);
+  return 0;
+}
+
+static void test_dump(void) { CHECK_EQ(weft_main(dump_main, NULL), 0); }
+
 int main(void) {
   test_names();
   test_many();
@@ -903,6 +946,7 @@ int main(void) {
   test_deadlock();
   test_other_loop();
   test_oom();
+  test_dump();
   printf("test_actor: ok\n");
   return 0;
 }

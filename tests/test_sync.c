@@ -605,6 +605,11 @@ static void *sem_main(void *arg) {
   CHECK_EQ(weft_sem_value(&s), 0);
   CHECK_EQ(weft_sem_trywait(&s), -EAGAIN);
   CHECK_EQ(weft_sem_value(&s), 0);
+  static weft_sem st = WEFT_SEM_INIT(2); /* the static form */
+  CHECK_EQ(weft_sem_value(&st), 2);
+  CHECK_EQ(weft_sem_trywait(&st), 0);
+  CHECK_EQ(weft_sem_trywait(&st), 0);
+  CHECK_EQ(weft_sem_trywait(&st), -EAGAIN);
   CHECK_EQ(weft_sem_post(&s), 0);
   CHECK_EQ(weft_sem_post(&s), 0);
   CHECK_EQ(weft_sem_post(&s), 0);
