@@ -23,6 +23,8 @@ run cancel     "seed 003's stalled_read cancelled by timeout_after, 10x faster" 
                --scale 0.1
 run actors     "seed 000's ActorScheduler: the printer and the counter (from 10 here; the test runs the seed's 10000)" 10
 run echo_demo  "seed 000's echo server and a client, two tasks of one program"
+run executor   "seed 003's last point: CPU-bound work stalls the loop unless it runs on the pool (the numbers vary)"
 printf '\n(examples/echo_server and examples/echo_raw are the servers themselves:\n'
-printf ' run one and talk to it with `nc 127.0.0.1 16000` or `nc 127.0.0.1 30000`.)\n'
+printf ' run one and talk to it with `nc 127.0.0.1 16000` or `nc 127.0.0.1 30000`;\n'
+printf ' Ctrl-C makes echo_server stop accepting and exit once its clients are done.)\n'
 printf '\n=== the tour finished\n'

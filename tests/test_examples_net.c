@@ -16,12 +16,19 @@
  *  before the client's shutdown, a client that resets the connection.
  *  echo_raw (seed 003): chunks answered with "Got:" each, 25,000 bytes in
  *  one send (at most 10,000 per answer).
+ *
+ *  echo_server's shutdown, for SIGTERM and SIGINT (run without a --clients
+ *  limit): after the signal a new connection is refused while the client
+ *  already there is still answered, and the server exits 0 once it hangs
+ *  up; with no client it exits at once; a second signal closes the
+ *  clients' connections and it exits 1.
  */
 #include "check.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +44,19 @@ typedef struct server {
   pid_t pid;
   int port;
   FILE *out; /* its standard output */
+  FILE *err; /* its standard error */
 } server;
+
+/* The next line of the server's standard error that is its own (one a
+ * wrapper such as valgrind writes does not start with "echo_server:"),
+ * into line; NULL at end of file. */
+static char *err_line(server *s, char *line, int len) {
+  while (fgets(line, len, s->err))
+    if (strncmp(line, "echo_server:", 12) == 0 ||
+        strncmp(line, "echo_raw:", 9) == 0)
+      return line;
+  return NULL;
+}
 
 static server start(const char *prog, int clients) {
   int out[2], err[2];
@@ -67,29 +86,46 @@ static server start(const char *prog, int clients) {
   }
   close(out[1]);
   close(err[1]);
-  server s = {pid, 0, fdopen(out[0], "r")};
-  FILE *e = fdopen(err[0], "r");
+  server s = {pid, 0, fdopen(out[0], "r"), fdopen(err[0], "r")};
   char line[256];
-  CHECK(fgets(line, sizeof line, e));
+  CHECK(err_line(&s, line, sizeof line));
   const char *colon = strrchr(line, ':');
   CHECK(colon);
   s.port = atoi(colon + 1);
   CHECK_GT(s.port, 0);
-  fclose(e);
   return s;
 }
 
-static void finish(server *s) {
+/* The server must exit with status `code` within `seconds` (else it is
+ * killed and the test fails), having written nothing more on stdout. */
+static void finish_with(server *s, int code, int seconds) {
+  int status = 0;
+  pid_t got = 0;
+  for (int i = 0; i < seconds * 100 && got == 0; i++) {
+    got = waitpid(s->pid, &status, WNOHANG);
+    if (got == 0)
+      usleep(10000);
+  }
+  if (got == 0) {
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, &status, 0);
+    fprintf(stderr, "server: still running after %d s\n", seconds);
+    CHECK(0);
+  }
+  CHECK_EQ(got, s->pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != code) {
+    fprintf(stderr, "server: %s, not exit %d\n", check_status_str(status),
+            code);
+    CHECK(0);
+  }
   char extra[256];
   CHECK(fgets(extra, sizeof extra, s->out) == NULL); /* nothing more */
   fclose(s->out);
-  int status;
-  CHECK_EQ(waitpid(s->pid, &status, 0), s->pid);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fprintf(stderr, "server: %s\n", check_status_str(status));
-    CHECK(0);
-  }
+  fclose(s->err);
 }
+
+/* Under valgrind or qemu a server is slow to finish: give it time. */
+static void finish(server *s) { finish_with(s, 0, 60); }
 
 /* The next line of the server's output must be `want`. */
 static void expect_line(server *s, const char *want) {
@@ -244,6 +280,71 @@ static void test_echo_raw(const char *prog) {
   finish(&s);
 }
 
+/* Whether a new connection to the server is accepted by the kernel (its
+ * listener still open). */
+static int can_connect(server *s) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)s->port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+  int err = errno;
+  close(fd);
+  if (rc < 0)
+    CHECK_EQ(err, ECONNREFUSED);
+  return rc == 0;
+}
+
+/* Sends sig and reads the server's line about it, which it writes once
+ * the listener is closed; it must name the signal and contain `what`. */
+static void signal_server(server *s, int sig, const char *what) {
+  char line[256];
+  CHECK_EQ(kill(s->pid, sig), 0);
+  CHECK(err_line(s, line, sizeof line));
+  CHECK_CONTAINS(line, sig == SIGINT ? "SIGINT" : "SIGTERM");
+  CHECK_CONTAINS(line, what);
+}
+
+static void test_echo_server_signal(const char *prog, int sig) {
+  char peer[64], line[128];
+
+  /* One client: it finishes its conversation, no one else gets in. */
+  server s = start(prog, 0);
+  int fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  send_all(fd, "one\n", 4);
+  recv_exact(fd, "GOT:one\n");
+  signal_server(&s, sig, "no new connections; waiting for 1 client\n");
+  CHECK(!can_connect(&s));
+  send_all(fd, "two\n", 4);
+  recv_exact(fd, "GOT:two\n");
+  close(fd);
+  expect_line(&s, "Client closed");
+  finish_with(&s, 0, 20);
+
+  /* No client: it exits at once. */
+  s = start(prog, 0);
+  signal_server(&s, sig, "waiting for 0 clients\n");
+  finish_with(&s, 0, 20);
+
+  /* A second signal closes the connection under the client: exit 1. */
+  s = start(prog, 0);
+  fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  send_all(fd, "one\n", 4);
+  recv_exact(fd, "GOT:one\n");
+  signal_server(&s, sig, "waiting for 1 client\n");
+  signal_server(&s, sig, "again: closing 1 client now\n");
+  char c;
+  CHECK_EQ(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  expect_line(&s, "Client closed");
+  finish_with(&s, 1, 20);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s ECHO_SERVER ECHO_RAW [WRAPPER...]\n", argv[0]);
@@ -254,6 +355,8 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_echo_server(argv[1]);
   test_echo_raw(argv[2]);
+  test_echo_server_signal(argv[1], SIGTERM);
+  test_echo_server_signal(argv[1], SIGINT);
   printf("test_examples_net: ok\n");
   return 0;
 }
