@@ -858,8 +858,10 @@ typedef struct weft_submit_opts {
 /* Runs fn(arg) on the loop's pool while the caller's task waits and the
  * other tasks keep running (seed 003's run_in_executor). 0 and *result
  * (result may be NULL); -ECANCELED or -ETIMEDOUT at once when the task is
- * cancelled or its scope expires (fn still runs to the end; its result
- * goes to opts->release); -EAGAIN if no worker thread could be started;
+ * cancelled or its scope expires while it waits (fn still runs to the end;
+ * its result goes to opts->release; arg must stay valid until then, so do
+ * not point it into the caller's stack if the task may be cancelled). A
+ * task cancelled before the call gets -ECANCELED and fn never runs; -EAGAIN if no worker thread could be started;
  * -ENOMEM; -EINVAL outside a task or fn NULL. fn must not call weft
  * functions other than weft_call_soon_threadsafe and weft_loop_ref/unref. */
 int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result);
@@ -868,7 +870,10 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
 
 /* The same without waiting: a future, which the caller holds one reference
  * to, gets fn's result (weft_await). Cancelling or releasing the future
- * does not stop fn; its result then goes to opts->release. May be called
+ * before fn has returned does not stop fn; its result then goes to
+ * opts->release. Once the future holds the result, the result is the
+ * future's: releasing it unread calls no release. Like every future, it
+ * must not be used after weft_loop_free. May be called
  * outside a task (the current loop's pool). NULL and errno: EAGAIN, ENOMEM,
  * EINVAL (fn NULL, no loop). */
 weft_future *weft_submit(void *(*fn)(void *), void *arg);
@@ -886,7 +891,7 @@ unsigned weft_executor_threads(const weft_loop *loop);
 struct addrinfo;
 
 /* getaddrinfo(3) run on the pool: the same arguments and the same list in
- * *res, to be freed with freeaddrinfo. The strings and hints are copied,
+ * *res (res NULL: -EINVAL), to be freed with freeaddrinfo. The strings and hints are copied,
  * so they need live only for the call. Returns 0 or a negative errno:
  * getaddrinfo's errors are mapped (EAI_NONAME, EAI_NODATA, EAI_SERVICE,
  * EAI_ADDRFAMILY: -ENOENT; EAI_AGAIN: -EAGAIN; EAI_FAIL: -EIO; EAI_MEMORY:

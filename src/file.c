@@ -109,6 +109,15 @@ static fop *fop_new(int op, int fd, size_t extra) {
   return f;
 }
 
+/* fd is not open (as far as a call may see): closed with weft_file_close
+ * while jobs of it run, or not a file descriptor at all. The fd table only
+ * grows to numbers that are open. */
+static int fd_gone(weft_loop *loop, int fd) {
+  if ((size_t)fd < loop->nfds)
+    return loop->fds[fd].closing;
+  return fcntl(fd, F_GETFD) < 0;
+}
+
 /* Runs f on the pool and frees it. Returns the call's result (a read's
  * bytes copied to `out` first), or a negative errno if the caller stopped
  * waiting (-ECANCELED, -ETIMEDOUT: fop_release frees f when the job ends)
@@ -121,6 +130,10 @@ static ssize_t fop_run(fop *f, void *out) {
     return rc;
   }
   if (counted(f)) {
+    if (fd_gone(f->loop, f->fd)) {
+      weft__free(f);
+      return -EBADF;
+    }
     weft__fd *e = weft__fd_get(f->loop, f->fd);
     if (!e) {
       weft__free(f);
@@ -210,6 +223,8 @@ int weft_file_close(int fd) {
   if (fd < 0)
     return -EBADF;
   weft_loop *loop = t->loop;
+  if (fd_gone(loop, fd))
+    return -EBADF; /* closed already, its close only deferred */
   weft__fd_forget(loop, fd);
   if ((size_t)fd < loop->nfds && loop->fds[fd].file_jobs) {
     loop->fds[fd].closing = 1; /* the last job's end closes it */
