@@ -664,38 +664,8 @@ static void *controller(void *arg) {
 }
 
 /* ---- running a case ------------------------------------------------------ */
-static const char *current_case = "";
-
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "test_cancel: timed out in case: ";
-  ssize_t n = write(2, msg, sizeof msg - 1);
-  n = write(2, current_case, strlen(current_case));
-  n = write(2, "\n", 1);
-  (void)n;
-  _exit(1);
-}
-
-/* Runs fn(arg) as the only task of a fresh loop; the loop must end at once,
- * with nothing left registered. */
-static void run_case(const char *name, void *(*fn)(void *), void *arg) {
-  current_case = name;
-  alarm(RUNNING_ON_VALGRIND ? 100 : 30);
-  int fds = check_fd_count();
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(fn, arg));
-  int64_t t0 = weft_now();
-  CHECK_EQ(weft_loop_run(loop), 0);
-  CHECK_LT(weft_now() - t0, LATE);
-  CHECK_EQ(loop->nwaiters, 0);
-  CHECK_EQ(loop->heap_len, 0);
-  CHECK_EQ(loop->cb_len, 0);
-  CHECK_EQ(loop->nlive, 0);
-  weft_loop_free(loop);
-  CHECK_EQ(check_fd_count(), fds);
-  alarm(0);
-}
+#define CASE_LATE LATE
+#include "case_check.h"
 
 static void test_matrix(void) {
   char name[128];
@@ -968,8 +938,7 @@ static void *self_cancel_main(void *arg) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
-  signal(SIGALRM, on_alarm);
-  int fds = check_fd_count();
+    int fds = check_fd_count();
   connect_blocks = probe_connect();
   test_matrix();
   test_completed_first();

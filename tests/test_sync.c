@@ -47,50 +47,8 @@
 #define PENDING  12345
 
 /* ---- running a case ------------------------------------------------------ */
-static const char *current_case = "";
-
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "test_sync: timed out in case: ";
-  ssize_t n = write(2, msg, sizeof msg - 1);
-  n = write(2, current_case, strlen(current_case));
-  n = write(2, "\n", 1);
-  (void)n;
-  _exit(1);
-}
-
-static void run_case(const char *name, void *(*fn)(void *), void *arg) {
-  current_case = name;
-  signal(SIGALRM, on_alarm);
-  alarm(RUNNING_ON_VALGRIND ? 100 : 30);
-  int fds = check_fd_count();
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(fn, arg));
-  int64_t t0 = weft_now();
-  CHECK_EQ(weft_loop_run(loop), 0);
-  CHECK_LT(weft_now() - t0, LATE);
-  CHECK_EQ(loop->nwaiters, 0);
-  CHECK_EQ(loop->heap_len, 0);
-  CHECK_EQ(loop->cb_len, 0);
-  CHECK_EQ(loop->nlive, 0);
-  weft_loop_free(loop);
-  CHECK_EQ(check_fd_count(), fds);
-  alarm(0);
-}
-
-static void *(*case_fn)(void *);
-static const char *case_name;
-static void case_trampoline(void) { run_case(case_name, case_fn, NULL); }
-#define RUN(fn)                                                                \
-  do {                                                                         \
-    case_fn = (fn);                                                            \
-    case_name = #fn;                                                           \
-    int failed_ = check_subtest_failures;                                      \
-    check_subtest_(case_trampoline, #fn);                                      \
-    if (check_subtest_failures == failed_)                                     \
-      printf("  %s: ok\n", #fn);                                               \
-  } while (0)
+#define CASE_LATE LATE
+#include "case_check.h"
 
 static void settle(void) {
   for (int i = 0; i < 4; i++)
