@@ -3,8 +3,8 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks|timers|future|chan]  (no argument: all
-#                                          six)
+#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor]
+#                                          (no argument: all seven)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
 #                                          (its own environment: DURATION, ...)
 #
@@ -20,8 +20,9 @@
 #   TIMERS_REPEAT runs of the timers benchmark and its peers (default 3: a
 #                 run of the three takes about 20 s, its arm_fire rounds
 #                 waiting out real deadlines of up to a second)
-#   PYTHON        the interpreter of the Python peers (bench/peer_future.py:
-#                 asyncio, and uvloop if it imports); default: the first of
+#   PYTHON        the interpreter of the Python peers (bench/peer_future.py,
+#                 bench/peer_executor.py: asyncio, and uvloop if it
+#                 imports); default: the first of
 #                 python3 and /usr/bin/python3 that imports uvloop (Debian's
 #                 python3-uvloop is for /usr/bin/python3, which a pyenv or
 #                 venv python3 earlier on PATH does not see), else python3.
@@ -37,7 +38,8 @@
 # So: several processes, the median of each one's rounds, the median of
 # those. Runs of the programs being compared are interleaved, so that a
 # burst of load hits weft and its peers alike. Everything runs pinned to
-# CPU 1 when taskset and a CPU 1 exist.
+# CPU 1 when taskset and a CPU 1 exist; the programs meant to use two CPUs
+# (Go with GOMAXPROCS=2, the executor's) also run unpinned.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,8 +55,8 @@ die() { note "$*"; exit 1; }
 
 what=${1:-all}
 case $what in
-  all | switch | spawn | tasks | timers | future | chan | echo) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|echo]" ;;
+  all | switch | spawn | tasks | timers | future | chan | executor | echo) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|echo]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -101,10 +103,12 @@ if [ "$what" = all ] || [ "$what" = switch ]; then
 fi
 if [ "$what" = all ] || [ "$what" = timers ]; then
   want_peer libev libev-dev && have_libev=1
+fi
+if [ "$what" = all ] || [ "$what" = timers ] || [ "$what" = executor ]; then
   want_peer libuv libuv1-dev && have_libuv=1
 fi
 have_uvloop_pkg=0
-if [ "$what" = all ] || [ "$what" = future ]; then
+if [ "$what" = all ] || [ "$what" = future ] || [ "$what" = executor ]; then
   want_peer uvloop python3-uvloop && have_uvloop_pkg=1
 fi
 want_peer go golang-go && have_go=1
@@ -133,8 +137,9 @@ if [ $have_libev = 1 ] && [ ! -x "$bin/bench_peer_timers_ev" ]; then
   note "the libev peer is skipped: CMake did not find libev"
   have_libev=0
 fi
-if [ $have_libuv = 1 ] && [ ! -x "$bin/bench_peer_timers_uv" ]; then
-  note "the libuv peer is skipped: CMake did not find libuv (pkg-config)"
+if [ $have_libuv = 1 ] && { [ ! -x "$bin/bench_peer_timers_uv" ] ||
+  [ ! -x "$bin/bench_peer_async_uv" ]; }; then
+  note "the libuv peers are skipped: CMake did not find libuv (pkg-config)"
   have_libuv=0
 fi
 if [ $have_go = 1 ]; then
@@ -159,11 +164,11 @@ if [ $have_go = 1 ] && { [ "$what" = all ] || [ "$what" = chan ]; }; then
   fi
 fi
 
-# The future peers: Python's asyncio, and uvloop when the interpreter
-# chosen can import it (see PYTHON above).
+# The future and executor peers: Python's asyncio, and uvloop when the
+# interpreter chosen can import it (see PYTHON above).
 py=
 have_uvloop=0
-if [ "$what" = all ] || [ "$what" = future ]; then
+if [ "$what" = all ] || [ "$what" = future ] || [ "$what" = executor ]; then
   if [ -n "${PYTHON:-}" ]; then
     cands=("$PYTHON")
   else
@@ -189,7 +194,7 @@ if [ "$what" = all ] || [ "$what" = future ]; then
       note "the uvloop peer is skipped: $py cannot import uvloop (PYTHON=...)"
     fi
   fi
-  [ -z "$py" ] || note "future peers: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
+  [ -z "$py" ] || note "python peers: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
 fi
 
 # The actor peer of the chan benchmark: the seed's ActorScheduler, plain
@@ -232,6 +237,20 @@ run1_unpinned() {
     note "failed: $*"
     status=1
   fi
+}
+
+# The same, not pinned, with SUFFIX added to every figure's name: for a
+# second set of figures from the same program.
+run1_unpinned_as() { # suffix command...
+  local suffix=$1 tmp
+  shift
+  tmp=$(mktemp)
+  if ! "$@" >"$tmp"; then
+    note "failed: $*"
+    status=1
+  fi
+  awk -v s="$suffix" 'NF == 3 { print $1 s, $2, $3 }' "$tmp" >>"$out"
+  rm -f "$tmp"
 }
 
 # Prints the median of each figure in $out (the mean of the two middle
@@ -301,6 +320,29 @@ report() {
           if ((op[f] in med_of) && (o in med_of) && med_of[op[f]] > 0)
             printf "%s_vs_%s %.2f x\n", op[f], gp[p], med_of[o] / med_of[op[f]]
         }
+      # The executor figures, as "how many times faster weft is" (above
+      # 1: weft is faster): the peer ns over weft ns, weft jobs/s over the
+      # peer jobs/s; the storm against libuv, the queue figure being the
+      # like-for-like one (executor.c, peer_async_uv.c).
+      # Pinned, then on two CPUs (the "_2cpu" figures).
+      split("uvloop asyncio", py, " ")
+      split("queue async", ua, " ")
+      nsx = split("- _2cpu", sx, " "); sx[1] = ""
+      for (x = 1; x <= nsx; x++) {
+        for (p = 1; p <= 2; p++) {
+          w = "run_in_thread_rtt" sx[x]; o = py[p] "_run_in_executor_rtt" sx[x]
+          if ((w in med_of) && (o in med_of) && med_of[w] > 0)
+            printf "%s_vs_%s %.2f x\n", w, py[p], med_of[o] / med_of[w]
+          w = "run_in_thread_64" sx[x]; o = py[p] "_run_in_executor_64" sx[x]
+          if ((w in med_of) && (o in med_of) && med_of[o] > 0)
+            printf "%s_vs_%s %.2f x\n", w, py[p], med_of[w] / med_of[o]
+        }
+        for (p = 1; p <= 2; p++) {
+          w = "storm_weft" sx[x]; o = "storm_libuv_" ua[p] sx[x]
+          if ((w in med_of) && (o in med_of) && med_of[w] > 0)
+            printf "%s_vs_libuv_%s %.2f x\n", w, ua[p], med_of[o] / med_of[w]
+        }
+      }
       split("go go_p2 python", ap, " ")
       for (p = 1; p <= 3; p++) {
         o = ap[p] "_actor_msgs_per_s"
@@ -382,10 +424,51 @@ bench_chan() {
   report
 }
 
+# weft, asyncio's and uvloop's run_in_executor, and libuv's uv_async_send,
+# interleaved; each run reports the median of its own 7 rounds per figure
+# (executor.c, peer_executor.py, peer_async_uv.c). The Python pools get
+# the size weft's pool had (its executor_threads line).
+#
+# Each program runs twice. Pinned to CPU 1, like everything else: the
+# loop, the workers (and the storm's sender) then take turns on one CPU,
+# and every hand-over is a switch on it; that is the library's own cost,
+# and steady. Then unpinned, with "_2cpu" added to the names: threads on
+# two CPUs, where a hand-over to a sleeping thread wakes the other CPU. On
+# this VM (2 vCPUs) that wake-up is most of a round trip, some 60 us where
+# the pinned one takes 6: the hypervisor's cost, not the library's, and
+# noisier, but the case the executor is for. The Python peers do a fifth
+# of their work there (-n), their round trips then taking some 150 us; the
+# C programs keep theirs, as a shorter storm (a few ms) can be over before
+# the loop's CPU has woken. About 15 s per repeat here.
+bench_executor() {
+  local i threads
+  local -a t
+  for ((i = 0; i < REPEAT; i++)); do
+    run1 "$bin/bench_executor"
+    threads=$(awk '$1 == "executor_threads" { t = $2 } END { print t }' "$out")
+    t=()
+    [ -z "$threads" ] || t=(-t "$threads")
+    [ -z "$py" ] ||
+      run1 "$py" "$here/peer_executor.py" asyncio ${t[@]+"${t[@]}"}
+    [ $have_uvloop = 0 ] ||
+      run1 "$py" "$here/peer_executor.py" uvloop ${t[@]+"${t[@]}"}
+    [ $have_libuv = 0 ] || run1 "$bin/bench_peer_async_uv"
+
+    run1_unpinned_as _2cpu "$bin/bench_executor"
+    [ -z "$py" ] || run1_unpinned_as _2cpu "$py" "$here/peer_executor.py" \
+      asyncio -n 1280 ${t[@]+"${t[@]}"}
+    [ $have_uvloop = 0 ] || run1_unpinned_as _2cpu "$py" \
+      "$here/peer_executor.py" uvloop -n 1280 ${t[@]+"${t[@]}"}
+    [ $have_libuv = 0 ] ||
+      run1_unpinned_as _2cpu "$bin/bench_peer_async_uv"
+  done
+  report
+}
+
 case $what in
   all)
     bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future
-    bench_chan
+    bench_chan; bench_executor
     ;;
   *) "bench_$what" ;;
 esac
