@@ -169,7 +169,7 @@ struct weft_loop {
   weft__callback *ts_q, *ts_run; /* queued; being run (swapped) */
   size_t ts_len, ts_cap, ts_run_cap;
   int ts_pending;   /* atomic: ts_len != 0 */
-  int ts_signalled; /* the eventfd was written since the last take */
+  int ts_signalled; /* the eventfd was written since the loop last blocked */
   int wake_fd;      /* read end of the wake-up (eventfd), in fds[] */
   int wake_wfd;     /* its write end (the same fd for an eventfd) */
   int refs;         /* atomic: weft_loop_ref minus weft_loop_unref */

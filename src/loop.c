@@ -123,7 +123,7 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
    * The loop's own thread needs no wake-up: it looks at the queue before
    * it next blocks. */
   if (!loop->ts_signalled && !on_loop_thread(loop)) {
-    loop->ts_signalled = 1;
+    __atomic_store_n(&loop->ts_signalled, 1, __ATOMIC_RELAXED);
     weft__loop_wake(loop);
   }
   pthread_mutex_unlock(&loop->ts_lock);
@@ -131,7 +131,12 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
 }
 
 void weft__threadsafe_run(weft_loop *loop) {
-  pthread_mutex_lock(&loop->ts_lock);
+  /* A sender holds the lock: take the queue at the next turn. Waiting for
+   * the lock would put the loop to sleep on it, and on a shared CPU the
+   * sender's unlock would then wake the loop and hand it the CPU, for a
+   * batch of one or two, over and over. */
+  if (pthread_mutex_trylock(&loop->ts_lock) != 0)
+    return;
   weft__callback *run = loop->ts_q;
   size_t n = loop->ts_len, cap = loop->ts_cap;
   loop->ts_q = loop->ts_run;
@@ -139,11 +144,30 @@ void weft__threadsafe_run(weft_loop *loop) {
   loop->ts_len = 0;
   loop->ts_run = run;
   loop->ts_run_cap = cap;
-  loop->ts_signalled = 0;
+  /* ts_signalled stays: while the loop is busy, senders need not write the
+   * eventfd (each write would wake and preempt it for a tiny batch);
+   * ts_arm clears it just before the loop blocks. */
   __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&loop->ts_lock);
   for (size_t i = 0; i < n; i++)
     run[i].cb(run[i].arg);
+}
+
+/* The loop is about to block for `timeout`: from now on a sender must
+ * write the eventfd. Returns 0 if something was queued meanwhile (do not
+ * block), else timeout. */
+static int64_t ts_arm(weft_loop *loop, int64_t timeout) {
+  /* Read without the lock: only the loop clears it, so a stale value can
+   * only be a 0 for a 1, and then the eventfd was written: no wait. */
+  if (timeout == 0 || !__atomic_load_n(&loop->ts_signalled, __ATOMIC_RELAXED))
+    return timeout;
+  pthread_mutex_lock(&loop->ts_lock);
+  if (loop->ts_len)
+    timeout = 0;
+  else
+    loop->ts_signalled = 0;
+  pthread_mutex_unlock(&loop->ts_lock);
+  return timeout;
 }
 
 void weft_loop_ref(weft_loop *loop) {
@@ -357,6 +381,7 @@ int weft_loop_run(weft_loop *loop) {
       continue;
     }
     loop->busy_turns = 0;
+    timeout = ts_arm(loop, timeout);
     if ((rc = loop->backend->poll(loop, timeout)) < 0)
       break;
     rc = 0;
