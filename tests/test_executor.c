@@ -1794,6 +1794,40 @@ static void test_signals(void) {
   printf("  signals: ok\n");
 }
 
+/* ---- weft_dump --------------------------------------------------------------- */
+static void *nap_fn(void *arg) {
+  (void)arg;
+  sleep_ns(WEFT_MS(100));
+  return NULL;
+}
+
+static void *napper(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_run_in_thread(nap_fn, NULL, NULL), 0);
+  return NULL;
+}
+
+/* A task waiting in weft_run_in_thread shows the job's function. */
+static void *dump_main(void *arg) {
+  (void)arg;
+  weft_task *t = weft_spawn(napper, NULL);
+  CHECK(t);
+  CHECK_EQ(weft_yield(), 0);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK(f);
+  weft_dump(f);
+  fclose(f);
+  char want[64];
+  snprintf(want, sizeof want, "job %#llx on the pool",
+           (unsigned long long)(uintptr_t)nap_fn);
+  CHECK(strstr(buf, want) != NULL);
+  free(buf);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  return NULL;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   signal(SIGALRM, on_alarm);
@@ -1820,6 +1854,8 @@ int main(void) {
   test_tcp_names();
   test_files();
   test_signals();
+  run("dump", dump_main, NULL);
+  printf("  dump: ok\n");
   CHECK_EQ(check_fd_count(), fds);
   if (!TEST_TSAN)
     CHECK_EQ(threads_settle(threads), threads);
