@@ -62,7 +62,7 @@ pcversion=$(pkg-config --modversion weft)
 [ "$pcversion" = "$version" ] || fail "weft.pc says $pcversion, expected $version"
 
 # What prog.c prints; weft_version() must agree with the project's version.
-printf 'weft %s\ntask 1: 1\ntask 2: 4\ntask 3: 9\nsum 14\n' "$version" \
+printf 'weft %s\ntask 1: 1\ntask 2: 4\ntask 3: 9\nsum 14\non the pool: 196\n' "$version" \
   > "$scratch/expected"
 
 cd "$scratch"

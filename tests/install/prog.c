@@ -10,6 +10,11 @@ static void *square(void *arg) {
   return (void *)(n * n);
 }
 
+static void *square_off_loop(void *arg) {
+  long n = (long)arg;
+  return (void *)(n * n);
+}
+
 static int body(void *arg) {
   weft_task *t[3];
   for (long i = 0; i < 3; i++)
@@ -24,6 +29,10 @@ static int body(void *arg) {
     sum += (long)r;
   }
   printf("sum %ld\n", sum);
+  void *r; /* the pool: threads, through pkg-config's flags alone */
+  if (weft_run_in_thread(square_off_loop, (void *)sum, &r) != 0)
+    return 3;
+  printf("on the pool: %ld\n", (long)r);
   return 0;
 }
 
