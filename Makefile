@@ -7,6 +7,7 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=...]
 #   make asan             ASan+UBSan build in build-asan, all tests
 #   make tsan             TSan build in build-tsan, the tests TSan can hold
+#   make seeds [SEEDS=..] the tests with the ready queue shuffled (WEFT_SEED)
 #   make valgrind         all tests under valgrind memcheck, in build-valgrind
 #   make ucontext         the ucontext context switch, in build-ucontext
 #   make aarch64          cross build in build-aarch64, tests under qemu-user
@@ -45,7 +46,7 @@ BUILD_DIRS := build build-asan build-tsan build-valgrind build-ucontext \
 # The recipes hand their own -j to CMake's build; running two of them at once
 # in the same tree (`make -j test demo`) would race, so make stays serial.
 .NOTPARALLEL:
-.PHONY: all build test demo install asan tsan valgrind ucontext aarch64 \
+.PHONY: all build test demo install asan tsan valgrind ucontext aarch64 seeds \
         bench clean
 
 all: build
@@ -88,6 +89,16 @@ install: build
 asan:
 	@$(DEPS) core
 	$(call variant,build-asan,-DWEFT_SANITIZE=address)
+
+# The suite with the ready queue shuffled (WEFT_SEED), under a few seeds:
+# code or tests that lean on FIFO order show up. The examples whose output
+# is the seeds' FIFO interleaving are left out (label fifo).
+SEEDS ?= 1 2 3
+seeds: build
+	@for s in $(SEEDS); do \
+	  echo "== WEFT_SEED=$$s"; \
+	  (cd build && WEFT_SEED=$$s $(CTEST) $(CTEST_FLAGS) -LE fifo) || exit 1; \
+	done
 
 # TSan: every test but the few it cannot hold (tests/CMakeLists.txt says
 # which and why); the pool, the thread-safe queue and the wake-up included.

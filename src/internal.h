@@ -148,6 +148,9 @@ struct weft_loop {
   int now_fresh; /* now was read in this turn */
   unsigned busy_turns; /* turns with work waiting since the last poll */
   uint64_t rng;        /* weft_select's random choice (chan.c); 0: unseeded */
+  /* WEFT_SEED=n (task.c): the turn's ready tasks run in an order drawn
+   * from this generator, not FIFO; 0: FIFO. */
+  uint64_t shuffle_rng;
   weft__heap_entry *heap_mem;     /* allocation holding the heap ... */
   weft__heap_entry *heap;         /* ... whose root is heap[0] */
   uint32_t heap_len, heap_cap;    /* entries, room */
@@ -242,6 +245,9 @@ void weft__cancel_parked(weft_loop *loop);
 
 /* Frees every record and stack of the loop's tasks (task.c). */
 void weft__tasks_free(weft_loop *loop);
+
+/* Reads WEFT_SEED into the loop's generators (task.c). */
+void weft__seed_init(weft_loop *loop);
 
 /* A process-unique id for a task or a generator (task.c). */
 uint64_t weft__next_id(void);

@@ -222,6 +222,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
     return NULL;
   }
   pthread_mutex_init(&loop->ts_lock, NULL);
+  weft__seed_init(loop);
   weft__overflow_init();
   loop->next_on_thread = thread_loops;
   thread_loops = loop;

@@ -230,10 +230,86 @@ static void task_entry(void *p) {
   weft__ctx_leave(&t->ctx, ctx_for(loop, next), next);
 }
 
+/* ---- WEFT_SEED -------------------------------------------------------- */
+/* With WEFT_SEED=n the tasks that became ready since the last turn (which
+ * the loop cannot tell apart in time) run in an order shuffled by a PRNG
+ * seeded with n, instead of FIFO: a run that fails can be replayed with
+ * the same seed, and a test that passes only in FIFO order shows itself. */
+static uint64_t seed_next(weft_loop *loop) {
+  uint64_t x = loop->shuffle_rng; /* xorshift64*, never 0 */
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  loop->shuffle_rng = x;
+  return x * 0x2545f4914f6cdd1dull;
+}
+
+void weft__seed_init(weft_loop *loop) {
+  const char *s = getenv("WEFT_SEED");
+  if (!s || !*s)
+    return;
+  uint64_t n = strtoull(s, NULL, 0);
+  /* splitmix64 of n: a good start for any n, 0 included; never 0. */
+  uint64_t z = n + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  loop->shuffle_rng = z ? z : 1;
+  loop->rng = seed_next(loop) | 1; /* weft_select draws from it too */
+}
+
+/* A number in [0, n), n < 2^32. */
+static size_t seed_below(weft_loop *loop, size_t n) {
+  return (size_t)(((seed_next(loop) >> 32) * (uint64_t)n) >> 32);
+}
+
+/* Shuffles the n tasks of list h (linked by next_ready) and returns the
+ * new head, its last in *tail: each half shuffled, then merged by drawing
+ * from either with a chance in proportion to what it has left, which
+ * makes every order equally likely. No memory needed (the one allocator
+ * is not disturbed: the allocation-failure tests run seeded too). */
+static weft_task *shuffle(weft_loop *loop, weft_task *h, size_t n,
+                          weft_task **tail) {
+  if (n == 1) {
+    h->next_ready = NULL;
+    *tail = h;
+    return h;
+  }
+  size_t na = n / 2, nb = n - na;
+  weft_task *p = h;
+  for (size_t i = 1; i < na; i++)
+    p = p->next_ready;
+  weft_task *b = p->next_ready, *ta, *tb;
+  weft_task *a = shuffle(loop, h, na, &ta);
+  b = shuffle(loop, b, nb, &tb);
+  weft_task *out = NULL, **link = &out;
+  while (na && nb) {
+    weft_task **from = seed_below(loop, na + nb) < na ? &a : &b;
+    size_t *left = from == &a ? &na : &nb;
+    *link = *from;
+    link = &(*from)->next_ready;
+    *from = (*from)->next_ready;
+    (*left)--;
+  }
+  *link = na ? a : b;
+  *tail = na ? ta : tb;
+  return out;
+}
+
+static void shuffle_ready(weft_loop *loop) {
+  size_t n = 0;
+  for (weft_task *t = loop->ready_head; t; t = t->next_ready)
+    n++;
+  if (n > 1)
+    loop->ready_head = shuffle(loop, loop->ready_head, n, &loop->ready_tail);
+}
+
 void weft__run_ready(weft_loop *loop) {
   /* A turn runs the tasks that were ready when it began, then those woken
    * meanwhile (pick_next); one that yields runs after the callbacks and
    * I/O of the next turn. */
+  if (__builtin_expect(loop->shuffle_rng != 0, 0))
+    shuffle_ready(loop);
   weft_task *last = loop->ready_tail;
   loop->batch = WEFT__BATCH - 1;
   weft_task *t = pop_ready(loop);

@@ -770,7 +770,8 @@ static void test_nested_in_tasks(void) {
   ntrace = 0;
   trace[0] = '\0';
   CHECK_EQ(weft_main(nested_main, NULL), 0);
-  CHECK_STR_EQ(trace, "iuInuuu");
+  if (!check_seeded()) /* two tasks interleaved in FIFO order */
+    CHECK_STR_EQ(trace, "iuInuuu");
 }
 
 static int tasks_main(void *arg) {
@@ -796,7 +797,8 @@ static void test_in_tasks(void) {
   CHECK_EQ(weft_main(tasks_main, NULL), 9);
   /* A, B, C take turns in FIFO order; each weft_yield inside a generator
    * lets the other two run once. */
-  CHECK_STR_EQ(trace, "a0bc0.a1b,c1.a2b,c2.,");
+  if (!check_seeded())
+    CHECK_STR_EQ(trace, "a0bc0.a1b,c1.a2b,c2.,");
 }
 
 int main(void) {

@@ -96,7 +96,8 @@ static int fifo_main(void *arg) {
 static void test_fifo(void) {
   trace_reset();
   CHECK_EQ(weft_main(fifo_main, NULL), 0);
-  CHECK_STR_EQ(trace, "MA0B0C0A1B1C1A2B2C2m");
+  if (!check_seeded()) /* the FIFO order itself */
+    CHECK_STR_EQ(trace, "MA0B0C0A1B1C1A2B2C2m");
 }
 
 /* ---- join ------------------------------------------------------------- */
@@ -1062,6 +1063,70 @@ static void test_time(void) {
   }
 }
 
+/* ---- WEFT_SEED ---------------------------------------------------------- */
+/* 16 tasks spawned at once, each noting its letter twice (a yield between):
+ * FIFO without a seed; with one, the order of each turn is shuffled, the
+ * same for the same seed, and every task still runs each step once. */
+static char seed_trace[64];
+static int seed_n;
+
+static void *seed_noter(void *arg) {
+  seed_trace[seed_n++] = (char)(intptr_t)arg;
+  CHECK_EQ(weft_yield(), 0);
+  seed_trace[seed_n++] = (char)(intptr_t)arg;
+  return NULL;
+}
+
+static void seeded_run(const char *seed, char *out) {
+  const char *old = getenv("WEFT_SEED");
+  char *saved = old ? strdup(old) : NULL;
+  if (seed)
+    setenv("WEFT_SEED", seed, 1);
+  else
+    unsetenv("WEFT_SEED");
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  seed_n = 0;
+  for (int i = 0; i < 16; i++)
+    CHECK_EQ(weft_go(seed_noter, (void *)(intptr_t)('a' + i)), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+  CHECK_EQ(seed_n, 32);
+  memcpy(out, seed_trace, 32);
+  out[32] = '\0';
+  if (saved) {
+    setenv("WEFT_SEED", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("WEFT_SEED");
+  }
+}
+
+static void test_seed(void) {
+  char fifo[33], a[33], b[33], c[33];
+  seeded_run(NULL, fifo);
+  CHECK_STR_EQ(fifo, "abcdefghijklmnopabcdefghijklmnop");
+  seeded_run("7", a);
+  seeded_run("7", b);
+  CHECK_STR_EQ(a, b); /* replayable */
+  int differs = strcmp(a, fifo) != 0;
+  for (int s = 8; s < 12; s++) {
+    char seed[8];
+    snprintf(seed, sizeof seed, "%d", s);
+    seeded_run(seed, c);
+    differs += strcmp(c, fifo) != 0;
+    /* each half is a permutation of the 16 letters */
+    for (int h = 0; h < 2; h++) {
+      int seen[16] = {0};
+      for (int i = 0; i < 16; i++)
+        seen[c[h * 16 + i] - 'a']++;
+      for (int i = 0; i < 16; i++)
+        CHECK_EQ(seen[i], 1);
+    }
+  }
+  CHECK_GE(differs, 4); /* 16! orders: FIFO is drawn with chance 1/16! */
+}
+
 int main(void) {
   test_main_value();
   test_fifo();
@@ -1078,6 +1143,7 @@ int main(void) {
   test_version();
   test_time();
   test_million();
+  test_seed();
   CHECK(weft_loop_current() == NULL);
   CHECK_SUBTEST(regress_cancelled_join_claims_target);
   CHECK_SUBTEST(regress_err_int_min);
