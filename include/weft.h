@@ -105,6 +105,13 @@ typedef struct weft_config {
   size_t stack_size;
   /* Worker threads of the executor. 0: online CPUs, at least 2. */
   unsigned executor_threads;
+  /* A virtual clock, for tests (trio's MockClock with autojump): weft_now()
+   * on the loop's thread reads the loop's own time, which stands still
+   * while tasks run and, whenever nothing is ready and no I/O event is
+   * waiting, jumps to the next timer's deadline at once. Timeouts then
+   * take no real time and never race the machine's load. Its time starts
+   * at the real clock's reading when the loop is made. */
+  bool virtual_clock;
 } weft_config;
 
 /* Creates a loop on this thread. `cfg` may be NULL (all defaults). The new

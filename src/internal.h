@@ -145,6 +145,8 @@ struct weft_loop {
 
   /* Time and timers (timer.c). */
   int64_t now;   /* weft_now() as first read in this turn (weft__turn_now) */
+  int vclock;    /* weft_config.virtual_clock: weft_now() is vnow */
+  int64_t vnow;  /* the virtual clock's time */
   int now_fresh; /* now was read in this turn */
   unsigned busy_turns; /* turns with work waiting since the last poll */
   uint64_t rng;        /* weft_select's random choice (chan.c); 0: unseeded */
