@@ -120,6 +120,16 @@ typedef struct weft_config {
  * EINVAL for an unknown backend) on failure. */
 weft_loop *weft_loop_new(const weft_config *cfg);
 
+/* Environment variables read when a loop runs (weft_loop_run):
+ *   WEFT_DEBUG=1  a task that holds the CPU over 100 ms without yielding
+ *                 or blocking is reported on stderr by id, name and time;
+ *                 SIGQUIT prints the task dump (SIGQUIT is blocked in the
+ *                 loop's thread while it runs and read from a signalfd);
+ *                 a deadlock prints the dump before cancelling.
+ *   WEFT_SEED=n   (read by weft_loop_new) tasks ready at the same moment
+ *                 run in an order shuffled by a PRNG seeded with n.
+ *   WEFT_BACKEND  (weft_loop_new) the backend, if the config names none. */
+
 /* Runs the loop until no task, callback, timer or wait is left, or until
  * weft_loop_stop. Must be called on the thread that created the loop, and
  * not from inside a task. Returns 0 when the loop ran out of work, 1 when it

@@ -178,6 +178,9 @@ struct weft_loop {
   int wake_fd;      /* read end of the wake-up (eventfd), in fds[] */
   int wake_wfd;     /* its write end (the same fd for an eventfd) */
   int refs;         /* atomic: weft_loop_ref minus weft_loop_unref */
+  int quit_fd;      /* WEFT_DEBUG: SIGQUIT's signalfd while running, or -1 */
+  int debug;        /* WEFT_DEBUG was set when the run began */
+  int64_t slice_start; /* WEFT_DEBUG: when the running task got the CPU */
 
   /* The executor (executor.c): its pool, NULL until the first job, and
    * the pool's size from the config (0: the default). Workers push the
@@ -324,6 +327,9 @@ uint32_t weft__future_refs(const weft_future *f);
 /* Forgets what the loop knows of fd, waking its waiters with -EBADF: what
  * weft_close does before close() (io.c). */
 void weft__fd_forget(weft_loop *loop, int fd);
+
+/* WEFT_DEBUG's SIGQUIT signalfd is readable: print the dump (loop.c). */
+void weft__quit_fd_read(weft_loop *loop);
 
 /* The eventfd that wakes the loop fired: drain it (loop.c). */
 void weft__wake_fd_drain(weft_loop *loop);

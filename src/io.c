@@ -195,8 +195,11 @@ void weft__fd_event(weft_loop *loop, int fd, int events) {
   if (fd < 0 || (size_t)fd >= loop->nfds)
     return;
   weft__fd *e = &loop->fds[fd];
-  if (__builtin_expect(e->flags & FD_WAKE, 0)) {
-    weft__wake_fd_drain(loop);
+  if (__builtin_expect(e->flags & FD_WAKE, 0)) { /* the loop's own */
+    if (fd == loop->wake_fd)
+      weft__wake_fd_drain(loop);
+    else
+      weft__quit_fd_read(loop);
     return;
   }
   if (events & WEFT__HUP) {

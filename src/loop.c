@@ -15,6 +15,7 @@
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #else
 #include <fcntl.h>
 #endif
@@ -220,6 +221,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   loop->io_budget = WEFT__IO_BUDGET;
   loop->backend = backend;
   loop->wake_fd = loop->wake_wfd = -1;
+  loop->quit_fd = -1;
   int rc = backend->init(loop);
   if (rc < 0) {
     weft__free(loop);
@@ -308,34 +310,102 @@ static int deadlocked(weft_loop *loop) {
 /* A write to a pipe whose reader is gone raises SIGPIPE, which kills the
  * process by default; sockets avoid it with MSG_NOSIGNAL, but pipes have no
  * such flag. So the loop's thread blocks SIGPIPE while the loop runs (the
- * write then fails with EPIPE) and, on the way out, takes back a SIGPIPE
- * that became pending meanwhile, leaving the thread as it found it. */
+ * write then fails with EPIPE); with WEFT_DEBUG, SIGQUIT too, which the
+ * loop reads from a signalfd to print the task dump. On the way out it
+ * takes back those that became pending meanwhile and unblocks only what
+ * it blocked (weft_signal_wait's signals stay blocked), leaving the thread
+ * as it found it. */
 typedef struct {
-  sigset_t old;    /* the thread's mask before */
-  int was_pending; /* a SIGPIPE was pending before: leave it be */
-} sigpipe_guard;
+  sigset_t mine;    /* what the guard blocked (was not blocked before) */
+  sigset_t pending; /* of those, what was pending before: left be */
+} sig_guard;
 
-static void sigpipe_block(sigpipe_guard *g) {
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe, &g->old);
-  g->was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+static void sig_block(sig_guard *g, int debug) {
+  sigset_t want, old, pending;
+  sigemptyset(&want);
+  sigaddset(&want, SIGPIPE);
+  if (debug)
+    sigaddset(&want, SIGQUIT);
+  pthread_sigmask(SIG_BLOCK, &want, &old);
+  sigemptyset(&g->mine);
+  sigemptyset(&g->pending);
+  if (sigpending(&pending) != 0)
+    sigemptyset(&pending);
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sigismember(&want, sig) == 1 && !sigismember(&old, sig)) {
+      sigaddset(&g->mine, sig);
+      if (sigismember(&pending, sig) == 1)
+        sigaddset(&g->pending, sig);
+    }
 }
 
-static void sigpipe_restore(sigpipe_guard *g) {
-  if (sigismember(&g->old, SIGPIPE))
-    return; /* it was blocked before: nothing changed */
-  sigset_t pipe, pending;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  if (!g->was_pending && sigpending(&pending) == 0 &&
-      sigismember(&pending, SIGPIPE)) {
-    struct timespec zero = {0, 0};
-    while (sigtimedwait(&pipe, NULL, &zero) < 0 && errno == EINTR)
-      ;
+static void sig_restore(sig_guard *g) {
+  sigset_t pending, take;
+  sigemptyset(&take);
+  if (sigpending(&pending) == 0)
+    for (int sig = 1; sig < NSIG; sig++)
+      if (sigismember(&g->mine, sig) == 1 && sigismember(&pending, sig) == 1 &&
+          !sigismember(&g->pending, sig))
+        sigaddset(&take, sig);
+  struct timespec zero = {0, 0};
+  while (sigtimedwait(&take, NULL, &zero) > 0 || errno == EINTR)
+    ;
+  pthread_sigmask(SIG_UNBLOCK, &g->mine, NULL);
+}
+
+/* ---- WEFT_DEBUG's SIGQUIT ---------------------------------------------
+ * A signalfd for SIGQUIT, watched like the wake-up fd while the loop runs:
+ * SIGQUIT prints the task dump (as Go's runtime does) at the loop's next
+ * look at I/O. A task that never yields delays it, but then the slow-task
+ * report names that task. */
+#ifdef __linux__
+static void quit_open(weft_loop *loop) {
+  sigset_t quit;
+  sigemptyset(&quit);
+  sigaddset(&quit, SIGQUIT);
+  int fd = signalfd(-1, &quit, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd < 0)
+    return;
+  weft__fd *e = weft__fd_get(loop, fd);
+  if (!e) {
+    close(fd);
+    return;
   }
-  pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+  e->flags = FD_KNOWN | FD_NONBLOCK | FD_WAKE;
+  e->wanted = WEFT_READ;
+  if (loop->backend->watch(loop, fd, e) < 0) {
+    memset(e, 0, sizeof *e);
+    close(fd);
+    return;
+  }
+  loop->quit_fd = fd;
+}
+
+static void quit_close(weft_loop *loop) {
+  if (loop->quit_fd < 0)
+    return;
+  weft__fd_forget(loop, loop->quit_fd);
+  close(loop->quit_fd);
+  loop->quit_fd = -1;
+}
+#else
+static void quit_open(weft_loop *loop) { (void)loop; }
+static void quit_close(weft_loop *loop) { (void)loop; }
+#endif
+
+void weft__quit_fd_read(weft_loop *loop) {
+#ifdef __linux__
+  struct signalfd_siginfo si;
+  int n = 0;
+  while (read(loop->quit_fd, &si, sizeof si) == (ssize_t)sizeof si)
+    n++;
+  if (n) {
+    fprintf(stderr, "weft: SIGQUIT: the tasks of loop %p\n", (void *)loop);
+    weft_dump(stderr);
+  }
+#else
+  (void)loop;
+#endif
 }
 
 int weft_loop_run(weft_loop *loop) {
@@ -343,12 +413,17 @@ int weft_loop_run(weft_loop *loop) {
       !pthread_equal(loop->thread, pthread_self()))
     return -EINVAL;
   int saved_errno = errno;
-  sigpipe_guard pipe_guard;
-  sigpipe_block(&pipe_guard);
+  int debug = debug_enabled();
+  sig_guard guard;
+  sig_block(&guard, debug);
   weft_gen *saved_gen = weft__gen_running;
   weft__loop_running = loop;
   loop->errno_at = &errno;
   loop->running = 1;
+  loop->debug = debug;
+  loop->slice_start = 0;
+  if (debug)
+    quit_open(loop);
   loop->stop = 0;
   int rc = 0;
   for (;;) {
@@ -414,7 +489,8 @@ int weft_loop_run(weft_loop *loop) {
   loop->running = 0;
   weft__loop_running = NULL;
   weft__gen_running = saved_gen;
-  sigpipe_restore(&pipe_guard);
+  quit_close(loop);
+  sig_restore(&guard);
   errno = saved_errno;
   return rc;
 }

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 WEFT__TLS weft_loop *weft__loop_running;
 
@@ -180,6 +181,28 @@ static weft__ctx *ctx_for(weft_loop *loop, weft_task *next) {
   return next ? &next->ctx : &loop->ctx;
 }
 
+/* WEFT_DEBUG: a task that held the CPU longer than this without yielding
+ * or blocking is reported as it gives it up (asyncio's slow callbacks). */
+#define SLOW_TASK WEFT_MS(100)
+
+static int64_t real_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* t gives up the CPU (or yields): report it if it ran too long; the next
+ * task's time starts now. */
+static __attribute__((noinline)) void slow_check(weft_loop *loop,
+                                                 weft_task *t) {
+  int64_t now = real_clock(), ran = now - loop->slice_start;
+  if (loop->slice_start && ran > SLOW_TASK)
+    fprintf(stderr, "weft: task %llu (%s) ran %.1f ms without yielding\n",
+            (unsigned long long)t->id, t->name ? t->name : "unnamed",
+            (double)ran / 1e6);
+  loop->slice_start = now;
+}
+
 /* What every context does first when it gets the CPU back. */
 static inline void arrived(weft_loop *loop) {
   if (__builtin_expect(loop->dead != NULL, 0))
@@ -191,6 +214,8 @@ static inline void arrived(weft_loop *loop) {
  * travel with it. */
 static inline __attribute__((always_inline)) void suspend(weft_task *t) {
   weft_loop *loop = t->loop;
+  if (__builtin_expect(loop->debug, 0))
+    slow_check(loop, t);
   weft_task *next = pick_next(loop);
   if (next == t)
     return; /* it yielded and is the only one ready: carry on */
@@ -226,6 +251,8 @@ static void task_entry(void *p) {
   if (t->joiner)
     weft__wake(t->joiner, 0);
   loop->dead = t;
+  if (__builtin_expect(loop->debug, 0))
+    slow_check(loop, t);
   weft_task *next = pick_next(loop);
   weft__ctx_leave(&t->ctx, ctx_for(loop, next), next);
 }
@@ -310,6 +337,8 @@ void weft__run_ready(weft_loop *loop) {
    * I/O of the next turn. */
   if (__builtin_expect(loop->shuffle_rng != 0, 0))
     shuffle_ready(loop);
+  if (__builtin_expect(loop->debug, 0))
+    loop->slice_start = real_clock();
   weft_task *last = loop->ready_tail;
   loop->batch = WEFT__BATCH - 1;
   weft_task *t = pop_ready(loop);

@@ -1,0 +1,132 @@
+/*
+ * WEFT_DEBUG=1: a task that holds the CPU over 100 ms without yielding is
+ * reported by name and duration, and SIGQUIT prints the task dump. Each
+ * case runs in a child whose stderr goes to a pipe the parent reads.
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void busy_ms(int ms) { /* the CPU held, no weft call */
+  struct timespec t = {0, ms * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+static void *hog(void *arg) {
+  (void)arg;
+  busy_ms(150);
+  CHECK_EQ(weft_yield(), 0);
+  return NULL;
+}
+
+/* 300 ms in all, but it yields every 10 ms: never reported. */
+static void *polite(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 30; i++) {
+    busy_ms(10);
+    CHECK_EQ(weft_yield(), 0);
+  }
+  return NULL;
+}
+
+static void *napper(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(400)), 0);
+  return NULL;
+}
+
+static void *quitter(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(50)), 0);
+  CHECK_EQ(kill(getpid(), SIGQUIT), 0);
+  CHECK_EQ(weft_sleep(WEFT_MS(100)), 0); /* the dump comes meanwhile */
+  return NULL;
+}
+
+static int scenario(void *arg) {
+  int which = (int)(intptr_t)arg;
+  weft_task_opts o = {.name = which == 0 ? "hog" : "polite"};
+  weft_task *t = weft_spawn_opts(which == 0 ? hog : polite, NULL, &o);
+  CHECK(t);
+  if (which == 0) {
+    weft_task_opts n = {.name = "napper"};
+    CHECK(weft_spawn_opts(napper, NULL, &n));
+    CHECK_EQ(weft_go(quitter, NULL), 0);
+  }
+  CHECK_EQ(weft_join(t, NULL), 0);
+  return 0;
+}
+
+/* Runs scenario `which` in a child with WEFT_DEBUG=debug; returns its
+ * stderr (malloc'd) and checks it exited 0. */
+static char *run_child(int which, const char *debug) {
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 2);
+    close(p[0]);
+    close(p[1]);
+    setenv("WEFT_DEBUG", debug, 1);
+    int rc = weft_main(scenario, (void *)(intptr_t)which);
+    /* The run left the thread's mask as it found it. */
+    sigset_t cur;
+    pthread_sigmask(SIG_BLOCK, NULL, &cur);
+    if (sigismember(&cur, SIGQUIT) || sigismember(&cur, SIGPIPE))
+      rc = 3;
+    _exit(rc == 0 ? 0 : 1);
+  }
+  close(p[1]);
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  CHECK(buf);
+  ssize_t n;
+  while ((n = read(p[0], buf + len, cap - 1 - len)) > 0)
+    len += (size_t)n;
+  buf[len] = '\0';
+  close(p[0]);
+  int status;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "child failed (status %#x); its stderr:\n%s\n", status, buf);
+    CHECK(0);
+  }
+  return buf;
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IONBF, 0); /* nothing buffered across fork */
+  char *out = run_child(0, "1");
+  CHECK(strstr(out, "(hog) ran "));
+  CHECK(strstr(out, " ms without yielding"));
+  CHECK(!strstr(out, "(napper) ran"));
+  CHECK(strstr(out, "weft: SIGQUIT: the tasks of loop"));
+  CHECK(strstr(out, "napper")); /* the dump lists it, asleep */
+  CHECK(strstr(out, "timer in"));
+  free(out);
+  printf("  slow task reported, SIGQUIT dump: ok\n");
+
+  out = run_child(1, "1");
+  CHECK(!strstr(out, "without yielding"));
+  free(out);
+  printf("  a task that yields often: not reported: ok\n");
+
+  /* Without WEFT_DEBUG: no report (and SIGQUIT would keep its default
+   * action, so it is not sent). */
+  out = run_child(1, "0");
+  CHECK(!strstr(out, "weft:")); /* (a tool may write its own lines) */
+  free(out);
+  printf("  without WEFT_DEBUG: silent: ok\n");
+  printf("test_debug: ok\n");
+  return 0;
+}
