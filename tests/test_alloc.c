@@ -395,6 +395,177 @@ static long cover_io(void) {
   return 0;
 }
 
+/* ---- what is built on the loop -------------------------------------------
+ * Futures with callbacks, a group, a buffered channel and a select, an
+ * actor, the pool (run_in_thread, submit), a numeric getaddrinfo, a file
+ * written and read back, a call from another thread: at the first -ENOMEM
+ * (or NULL with ENOMEM) the body undoes what it made and returns -ENOMEM.
+ * Nothing may leak. */
+#include <fcntl.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <unistd.h>
+
+static void *double_it(void *arg) { return (void *)((intptr_t)arg * 2); }
+static void on_done(weft_future *f, void *arg) {
+  (void)f;
+  (*(int *)arg)++;
+}
+static void *child(void *arg) { return arg; }
+static void *echo_actor(void *arg) {
+  (void)arg;
+  void *m;
+  while (weft_actor_recv(&m) == 0 && m != NULL)
+    ;
+  return NULL;
+}
+static void ts_cb(void *arg) { (*(int *)arg)++; }
+static int ts_failed; /* atomic: the thread's call failed */
+static void *ts_thread(void *arg) {
+  weft_loop *loop = arg;
+  if (weft_call_soon_threadsafe(loop, ts_cb, &fired) < 0)
+    __atomic_store_n(&ts_failed, 1, __ATOMIC_RELEASE);
+  weft_loop_unref(loop);
+  return NULL;
+}
+
+static char l5_path[64];
+
+#define FAIL_IF(cond)                                                          \
+  do {                                                                         \
+    if (cond) {                                                                \
+      rc = -ENOMEM;                                                            \
+      goto out;                                                                \
+    }                                                                          \
+  } while (0)
+
+static int l5_main(void *unused) {
+  (void)unused;
+  int rc = 0, cbs = 0, fd = -1;
+  weft_future *f = NULL, *g = NULL;
+  weft_group *grp = NULL;
+  weft_chan *c = NULL, *c2 = NULL;
+  weft_actor *a = NULL;
+  void *v;
+  /* futures */
+  f = weft_future_new();
+  FAIL_IF(!f);
+  FAIL_IF(weft_future_add_done_callback(f, on_done, &cbs) < 0);
+  CHECK_EQ(weft_future_set_result(f, (void *)1), 0);
+  CHECK_EQ(weft_await(f, &v), 0);
+  /* a group of two children */
+  grp = weft_group_new();
+  FAIL_IF(!grp);
+  for (int i = 0; i < 2; i++)
+    FAIL_IF(!weft_group_spawn(grp, child, NULL));
+  int grc = weft_group_wait(grp);
+  FAIL_IF(grc == -ENOMEM);
+  CHECK_EQ(grc, 0);
+  /* channels and select */
+  c = weft_chan_new(sizeof(int), 4);
+  c2 = weft_chan_new(sizeof(int), 0);
+  FAIL_IF(!c || !c2);
+  int x = 7, y = 0;
+  CHECK_EQ(weft_chan_send(c, &x), 0);
+  weft_select_case cases[12];
+  for (int i = 0; i < 12; i++)
+    cases[i] = (weft_select_case){i == 11 ? c : c2, WEFT_RECV, &y, 0};
+  int k = weft_select(cases, 12, 0); /* over 8 cases: allocates */
+  FAIL_IF(k == -ENOMEM);
+  CHECK_EQ(k, 11);
+  CHECK_EQ(y, 7);
+  /* an actor */
+  a = weft_actor_spawn("l5", echo_actor, NULL);
+  FAIL_IF(!a);
+  int src = weft_actor_send("l5", (void *)1);
+  FAIL_IF(src == -ENOMEM);
+  CHECK_EQ(src, 0);
+  src = weft_actor_send_to(a, NULL); /* stop */
+  FAIL_IF(src == -ENOMEM);
+  a = NULL;
+  /* the pool */
+  int prc = weft_run_in_thread(double_it, (void *)21, &v);
+  FAIL_IF(prc == -ENOMEM);
+  CHECK_EQ(prc, 0);
+  CHECK_EQ((intptr_t)v, 42);
+  g = weft_submit(double_it, (void *)2);
+  FAIL_IF(!g);
+  CHECK_EQ(weft_await(g, &v), 0);
+  CHECK_EQ((intptr_t)v, 4);
+  /* a numeric lookup */
+  struct addrinfo *res;
+  struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
+  int arc = weft_getaddrinfo("127.0.0.1", "80", &hints, &res);
+  FAIL_IF(arc == -ENOMEM);
+  CHECK_EQ(arc, 0);
+  freeaddrinfo(res);
+  /* a file */
+  fd = weft_file_open(l5_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  FAIL_IF(fd == -ENOMEM);
+  CHECK_GE(fd, 0);
+  ssize_t n = weft_file_write(fd, "abc", 3, 0);
+  FAIL_IF(n == -ENOMEM);
+  CHECK_EQ(n, 3);
+  char buf[4] = {0};
+  n = weft_file_read(fd, buf, 3, 0);
+  FAIL_IF(n == -ENOMEM);
+  CHECK_EQ(n, 3);
+  /* a call from another thread */
+  weft_loop *loop = weft_loop_current();
+  fired = 0;
+  ts_failed = 0;
+  weft_loop_ref(loop);
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, ts_thread, loop), 0);
+  int src2 = 0;
+  while (fired == 0 && !__atomic_load_n(&ts_failed, __ATOMIC_ACQUIRE) &&
+         (src2 = weft_sleep(WEFT_MS(1))) == 0)
+    ;
+  CHECK_EQ(pthread_join(th, NULL), 0);
+  FAIL_IF(src2 == -ENOMEM || ts_failed);
+  CHECK_EQ(src2, 0);
+out:
+  if (fd >= 0) {
+    int crc = weft_file_close(fd);
+    if (crc == -ENOMEM) {
+      close(fd); /* the close could not be queued: do it here */
+      rc = -ENOMEM;
+    }
+  }
+  if (a)
+    weft_actor_send_to(a, NULL); /* an unbounded send: never waits */
+  weft_chan_free(c);
+  weft_chan_free(c2);
+  if (grp)
+    weft_group_free(grp);
+  weft_future_release(f);
+  weft_future_release(g);
+  return rc;
+}
+
+static long cover_layer5(void) {
+  snprintf(l5_path, sizeof l5_path, "/tmp/weft-test-alloc-%d", (int)getpid());
+  int fds = check_fd_count();
+  for (long n = 1; n < MAX_POINTS; n++) {
+    arm(n);
+    int rc = weft_main(l5_main, NULL);
+    int failed = disarm();
+    CHECK_EQ(check_fd_count(), fds);
+    if (rc != 0) {
+      CHECK(failed);
+      CHECK_EQ(rc, -ENOMEM);
+      check_no_leak("futures, groups, channels, actors, pool, files", n);
+      continue;
+    }
+    CHECK(!failed);
+    check_no_leak("futures, groups, channels, actors, pool, files", n);
+    unlink(l5_path);
+    return n - 1;
+  }
+  CHECK(!"the layer-5 program never succeeded");
+  return 0;
+}
+
 int main(void) {
   /* Before anything else of weft, as weft.h asks. */
   CHECK_EQ(weft_replace_allocator(NULL, t_realloc, t_free), -EINVAL);
@@ -433,6 +604,11 @@ int main(void) {
          "point(s)\n",
          BUSY_TASKS, n);
   CHECK_GE(n, 4);
+  total += n;
+  n = cover_layer5();
+  printf("futures, a group, channels and select, an actor, the pool, a "
+         "lookup, a file, a thread's call: %ld failure point(s)\n", n);
+  CHECK_GE(n, 8);
   total += n;
   printf("%ld failure points covered, no leak at any\n", total);
   printf("ok\n");
