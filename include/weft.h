@@ -447,9 +447,11 @@ weft_stream *weft_stream_new(int fd, size_t bufsize);
 
 /* Reads one line, up to and including its '\n', into buf and NUL-terminates
  * it. Returns its length; the last line before end of file may lack the
- * '\n'; 0 at end of file. A line that does not fit (length + NUL > max) is
- * -EMSGSIZE: the line is skipped (the next call returns the line after it)
- * and buf holds nothing useful. Other errors: -ECANCELED (nothing consumed),
+ * '\n'; 0 at end of file. A line that does not fit (length + NUL > max),
+ * or is longer than the stream's buffer (a last line without '\n' as long
+ * as the buffer included), is -EMSGSIZE: the line is skipped (the next
+ * call of any kind, read and read_exact too, starts after it) and buf
+ * holds nothing useful. Other errors: -ECANCELED (nothing consumed),
  * -ECONNRESET and the like. */
 ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max);
 

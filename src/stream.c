@@ -156,11 +156,35 @@ ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
   }
 }
 
+/* After an early -EMSGSIZE, drops the rest of the long line, so that the
+ * next read starts after it, as readline would. Returns 0 or a negative
+ * errno (only bytes of the skipped line are consumed then). */
+static ssize_t skip_rest(weft_stream *s) {
+  while (s->discarding) {
+    char *nl = memchr(s->rbuf + s->rpos, '\n', s->rlen - s->rpos);
+    if (nl) {
+      drop(s, (size_t)(nl - (s->rbuf + s->rpos)) + 1);
+      s->discarding = 0;
+      break;
+    }
+    drop(s, s->rlen - s->rpos);
+    ssize_t n = fill(s);
+    if (n < 0)
+      return n;
+    if (n == 0)
+      s->discarding = 0;
+  }
+  return 0;
+}
+
 ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len))
     return -EINVAL;
   if (len == 0)
     return 0;
+  ssize_t rc = skip_rest(s);
+  if (rc < 0)
+    return rc;
   size_t avail = s->rlen - s->rpos;
   if (avail == 0) {
     /* A large read goes straight to the caller's memory. */
@@ -179,6 +203,11 @@ ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
 ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len))
     return -EINVAL;
+  if (len > 0) {
+    ssize_t rc = skip_rest(s);
+    if (rc < 0)
+      return rc;
+  }
   if (len <= s->cap) {
     /* Gather all of it in rbuf first, so a failure consumes nothing. */
     while (s->rlen - s->rpos < len) {

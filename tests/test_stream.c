@@ -429,6 +429,43 @@ static void *misuse_main(void *arg) {
 
 static void test_misuse(void) { check_run(misuse_main, NULL); }
 
+/* ---- a read after an early -EMSGSIZE (found by the fuzzer) ---------------
+ * readline reports a line that cannot fit before its end has arrived, and
+ * skips the rest of it lazily; read and read_exact must skip it too, and
+ * start after it. */
+static int skip_sv[2];
+
+static void *skip_reader(void *arg) {
+  (void)arg;
+  weft_stream *s = weft_stream_new(skip_sv[0], 4);
+  CHECK(s);
+  char buf[64];
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), -EMSGSIZE);
+  CHECK_EQ(weft_stream_read_exact(s, buf, 4), 4);
+  CHECK(memcmp(buf, "BB\nC", 4) == 0);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 2);
+  CHECK_STR_EQ(buf, "C\n");
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), -EMSGSIZE); /* DDDDDD */
+  CHECK_EQ(weft_stream_read_exact(s, buf, 3), 3);
+  CHECK(memcmp(buf, "EE\n", 3) == 0);
+  CHECK_EQ(weft_stream_read(s, buf, sizeof buf), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  return NULL;
+}
+
+static void test_skip_then_read(void) {
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, skip_sv), 0);
+  static const char in[] = "AAAAAA\nBB\nCC\nDDDDDD\nEE\n";
+  CHECK_EQ(write(skip_sv[1], in, sizeof in - 1), (ssize_t)(sizeof in - 1));
+  CHECK_EQ(close(skip_sv[1]), 0);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(skip_reader, NULL));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+  printf("  read and read_exact after an early -EMSGSIZE: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -440,6 +477,7 @@ int main(void) {
   test_cancel();
   test_write();
   test_flush_error();
+  test_skip_then_read();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_stream: ok\n");
   return 0;
