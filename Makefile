@@ -11,7 +11,12 @@
 #   make valgrind         all tests under valgrind memcheck, in build-valgrind
 #   make ucontext         the ucontext context switch, in build-ucontext
 #   make aarch64          cross build in build-aarch64, tests under qemu-user
+#   make fuzz [FUZZ_SECONDS=60]  libFuzzer targets (clang, ASan+UBSan) in
+#                         build-fuzz, each run that long from a copy of its
+#                         seed corpus in tests/fuzz/corpus; fails on a crash
 #   make bench [ONLY=name]  bench/run.sh [name]
+#   make soak [SOAK_SECONDS=60] [SOAK_FLAGS=...]  the echo server under
+#                         churning clients (tests/soak), from build/
 #   make clean
 #
 # Each target first runs scripts/deps.sh for what it needs; a missing package
@@ -23,6 +28,11 @@ JOBS ?= $(shell nproc 2> /dev/null || echo 2)
 CMAKE ?= cmake
 CTEST ?= ctest
 CTEST_FLAGS ?= --output-on-failure -j2 --no-tests=error
+FUZZ_SECONDS ?= 60
+# `make soak`: how long it runs, and more of tests/soak/soak's flags
+# (--seed S to replay a run, --clients N, --hours H instead of seconds).
+SOAK_SECONDS ?= 60
+SOAK_FLAGS ?=
 DEPS := bash scripts/deps.sh
 
 # Every test under memcheck: any error, or a definitely or indirectly lost
@@ -41,13 +51,13 @@ VARIANT_FLAGS := -DWEFT_BUILD_BENCH=OFF
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
 BUILD_DIRS := build build-asan build-tsan build-valgrind build-ucontext \
-              build-aarch64
+              build-aarch64 build-fuzz
 
 # The recipes hand their own -j to CMake's build; running two of them at once
 # in the same tree (`make -j test demo`) would race, so make stays serial.
 .NOTPARALLEL:
 .PHONY: all build test demo install asan tsan valgrind ucontext aarch64 seeds \
-        bench clean
+        fuzz bench soak clean
 
 all: build
 
@@ -120,6 +130,17 @@ aarch64:
 	@$(DEPS) core aarch64
 	$(call variant,build-aarch64,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake)
 
+# libFuzzer is clang's; the whole tree gets its coverage flags and ASan+UBSan
+# (CMakeLists.txt, WEFT_FUZZ), and only the fuzz targets are built.
+FUZZ_TARGETS := fuzz_stream
+fuzz:
+	@$(DEPS) core fuzz
+	$(CMAKE) -S . -B build-fuzz $(VARIANT_FLAGS) -DWEFT_BUILD_TESTS=OFF \
+	  -DWEFT_BUILD_EXAMPLES=OFF -DCMAKE_C_COMPILER=clang -DWEFT_FUZZ=ON \
+	  -DWEFT_SANITIZE=address
+	$(SUBMAKE_ENV) $(CMAKE) --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
 bench: build
 	@$(DEPS) bench
 	@if [ -f bench/run.sh ]; then \
@@ -127,6 +148,11 @@ bench: build
 	else \
 	  echo "make bench: bench/run.sh does not exist yet"; exit 1; \
 	fi
+
+# The soak's exit status says whether the server held (docs/testing.md).
+soak: build
+	build/tests/soak/soak --seconds $(SOAK_SECONDS) \
+	  --server build/examples/echo_server $(SOAK_FLAGS)
 
 clean:
 	rm -rf $(BUILD_DIRS)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the Debian packages a make target needs are installed.
 #
-#   scripts/deps.sh SET...      SET is one of: core valgrind aarch64 bench
+#   scripts/deps.sh SET...      SET is one of: core valgrind aarch64 bench fuzz
 #
 # When something is missing it prints the apt-get line that installs it and
 # exits 1; it never installs behind the user's back. The one exception is CI:
@@ -24,6 +24,9 @@ need[aarch64]="gcc-aarch64-linux-gnu=aarch64-linux-gnu-gcc
 # What bench/run.sh compares weft against: Boost.Context (C++) and
 # goroutines (Go), timed with hyperfine.
 need[bench]="g++=g++ libboost-context-dev golang-go=go hyperfine=hyperfine"
+# make fuzz: clang, and its runtimes (libFuzzer, ASan, UBSan), which
+# Debian 12 ships apart from the compiler.
+need[fuzz]="clang=clang libclang-rt-14-dev"
 
 usage() {
   local sets

@@ -21,8 +21,13 @@
  * Not so once the peer has hung up or an error is pending (FD_HUP): that
  * stays after the data is drained, and edge-triggered epoll reported it
  * only once, so the next read must be tried.
+ *
+ * Every system call of an operation first asks weft__fault_hook (fault.h),
+ * which the tests set to inject failures; it is NULL otherwise, and costs
+ * a load and a branch.
  */
 #include "backend.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -225,26 +230,26 @@ static inline __attribute__((always_inline)) int is_input(int kind) {
          kind == OP_ACCEPT;
 }
 
+/* One attempt at the call, moving at most len bytes (op->len, unless the
+ * fault hook asks for less). */
 static inline __attribute__((always_inline)) ssize_t
-try_op(int kind, const weft__op *op, const weft__fd *e) {
+try_op(int kind, const weft__op *op, const weft__fd *e, size_t len) {
   switch (kind) {
-  case OP_READ: return read(op->fd, op->buf, op->len);
+  case OP_READ: return read(op->fd, op->buf, len);
   case OP_WRITE:
     /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
     if (e->flags & FD_SOCKET)
-      return send(op->fd, op->buf, op->len, MSG_NOSIGNAL);
-    return write(op->fd, op->buf, op->len);
-  case OP_RECV: return recv(op->fd, op->buf, op->len, op->flags | MSG_DONTWAIT);
+      return send(op->fd, op->buf, len, MSG_NOSIGNAL);
+    return write(op->fd, op->buf, len);
+  case OP_RECV: return recv(op->fd, op->buf, len, op->flags | MSG_DONTWAIT);
   case OP_SEND:
-    return send(op->fd, op->buf, op->len,
-                op->flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+    return send(op->fd, op->buf, len, op->flags | MSG_DONTWAIT | MSG_NOSIGNAL);
   case OP_RECVFROM:
-    return recvfrom(op->fd, op->buf, op->len, op->flags | MSG_DONTWAIT,
-                    op->addr, op->addrlen);
+    return recvfrom(op->fd, op->buf, len, op->flags | MSG_DONTWAIT, op->addr,
+                    op->addrlen);
   case OP_SENDTO:
-    return sendto(op->fd, op->buf, op->len,
-                  op->flags | MSG_DONTWAIT | MSG_NOSIGNAL, op->addr,
-                  op->addrlen_in);
+    return sendto(op->fd, op->buf, len, op->flags | MSG_DONTWAIT | MSG_NOSIGNAL,
+                  op->addr, op->addrlen_in);
   case OP_ACCEPT:
     return accept4(op->fd, op->addr, op->addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
   }
@@ -252,10 +257,13 @@ try_op(int kind, const weft__op *op, const weft__fd *e) {
   return -1;
 }
 
-/* A short transfer drained (or filled) the buffer: see the top. */
+/* A short transfer drained (or filled) the buffer: see the top. `len` is
+ * what the system call was asked for (less than op->len only when the
+ * fault hook shortened it: the kernel then gave all it was asked, which
+ * says nothing about the buffer). */
 static inline __attribute__((always_inline)) void
-note_short(int kind, weft__fd *e, const weft__op *op, ssize_t n) {
-  if (n <= 0 || (size_t)n >= op->len || !(e->flags & FD_STREAM) ||
+note_short(int kind, weft__fd *e, const weft__op *op, ssize_t n, size_t len) {
+  if (n <= 0 || (size_t)n >= len || !(e->flags & FD_STREAM) ||
       (e->flags & FD_HUP) || (op->flags & MSG_PEEK))
     return;
   if (kind == OP_READ || kind == OP_RECV)
@@ -264,14 +272,72 @@ note_short(int kind, weft__fd *e, const weft__op *op, ssize_t n) {
     e->ready &= (uint8_t)~WEFT_WRITE;
 }
 
+/* ---- failure injection (fault.h) -------------------------------------- */
+weft__fault_fn weft__fault_hook;
+void *weft__fault_arg;
+
+/* try_op and note_short when the fault hook is set: the hook decides
+ * whether the call is made, and with how many bytes. A call it shortened
+ * that moved all it was asked clears no hint (see note_short). Out of line
+ * and cold: only the tests get here. */
+static __attribute__((noinline, cold)) ssize_t
+faulty_op(int kind, const weft__op *op, weft__fd *e) {
+  size_t len = op->len;
+  int f = weft__fault_hook(kind, op->fd, len, weft__fault_arg);
+  if (f > 0) {
+    errno = f;
+    return -1;
+  }
+  if (f < 0 && (size_t)(-(long)f) < len)
+    len = (size_t)(-(long)f);
+  ssize_t n = try_op(kind, op, e, len);
+  if (n >= 0)
+    note_short(kind, e, op, n, len);
+  return n;
+}
+
+/* One connect(), unless the fault hook fails it. */
+static int try_connect(const weft__op *op) {
+  if (__builtin_expect(weft__fault_hook != NULL, 0)) {
+    int f = weft__fault_hook(OP_CONNECT, op->fd, 0, weft__fault_arg);
+    if (f > 0) {
+      errno = f;
+      return -1;
+    }
+  }
+  return connect(op->fd, op->addr, op->addrlen_in);
+}
+
+/* Starts the connection: 0 (made at once), -EINPROGRESS (going on) or the
+ * error. After EINTR the connection may go on in the background (POSIX)
+ * or may never have started; waiting for it in the second case would wait
+ * for ever (epoll) or spin (poll: an unconnected socket polls writable).
+ * So connect is called again, and its answer tells: EALREADY, going on;
+ * 0 or EISCONN, made; anything else, its error. */
+static int start_connect(const weft__op *op) {
+  int interrupted = 0;
+  for (;;) {
+    if (try_connect(op) == 0)
+      return 0;
+    if (errno == EINTR) {
+      interrupted = 1;
+      continue;
+    }
+    if (errno == EINPROGRESS || (interrupted && errno == EALREADY))
+      return -EINPROGRESS;
+    if (interrupted && errno == EISCONN)
+      return 0;
+    return -errno;
+  }
+}
+
 /* connect: start it, wait until the socket is writable, read the result.
  * A wake-up that comes before the connection is made (epoll can report a
  * fresh socket writable) is told apart by getpeername. */
 static int do_connect(weft_loop *loop, const weft__op *op) {
-  if (connect(op->fd, op->addr, op->addrlen_in) == 0)
-    return 0;
-  if (errno != EINPROGRESS && errno != EINTR)
-    return -errno;
+  int started = start_connect(op);
+  if (started != -EINPROGRESS)
+    return started;
   for (;;) {
     loop->fds[op->fd].ready &= (uint8_t)~WEFT_WRITE;
     int revents, rc = wait_on(loop, op->fd, WEFT_WRITE, &revents);
@@ -297,7 +363,8 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
  * polls and the other tasks run (the fairness that tokio's budget gives:
  * without it, a task that always finds data ready would run alone as long as
  * its peer keeps up). */
-static inline __attribute__((always_inline)) void spend_budget(weft_loop *loop) {
+static inline __attribute__((always_inline)) void
+spend_budget(weft_loop *loop) {
   if (--loop->io_budget == 0) {
     loop->io_budget = WEFT__IO_BUDGET;
     (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
@@ -323,15 +390,21 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
   const int dir = is_input(kind) ? WEFT_READ : WEFT_WRITE;
   for (;;) {
     e = &loop->fds[fd]; /* the table may have moved while parked */
-    if (!(e->ready & dir) && !(e->flags & FD_UNPOLLABLE)) {
+    /* MSG_DONTWAIT asks for the call's own answer now, EAGAIN included:
+     * it never parks, whatever the hint says. */
+    if (!(e->ready & dir) && !(e->flags & FD_UNPOLLABLE) &&
+        !(op->flags & MSG_DONTWAIT)) {
       int revents;
       if ((rc = wait_on(loop, fd, dir, &revents)) < 0)
         return rc;
       continue;
     }
-    ssize_t n = try_op(kind, op, e);
-    if (n >= 0) {
-      note_short(kind, e, op, n);
+    ssize_t n;
+    if (__builtin_expect(weft__fault_hook != NULL, 0)) {
+      if ((n = faulty_op(kind, op, e)) >= 0)
+        return n;
+    } else if ((n = try_op(kind, op, e, op->len)) >= 0) {
+      note_short(kind, e, op, n, op->len);
       return n;
     }
     if (errno == EINTR)
@@ -339,6 +412,8 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
     if ((errno != EAGAIN && errno != EWOULDBLOCK) || (e->flags & FD_UNPOLLABLE))
       return -errno;
     e->ready &= (uint8_t)~dir;
+    if (op->flags & MSG_DONTWAIT)
+      return -EAGAIN;
   }
 }
 

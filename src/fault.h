@@ -1,0 +1,40 @@
+/*
+ * Failure injection on the I/O paths, for the tests (tests/test_fault.c).
+ *
+ * io.c asks the hook before each system call that carries out an I/O
+ * operation: the read, write, recv, send, recvfrom, sendto, accept4 of
+ * weft__io_readiness (every attempt, the retries after EINTR and EAGAIN
+ * included) and the connect() of weft_connect. The hook decides whether the
+ * call runs, fails, or moves fewer bytes, so a test can make the kernel
+ * misbehave in every way the man pages allow (EINTR, a spurious EAGAIN, a
+ * short transfer, ECONNRESET, EPIPE, EMFILE...) on a socket that is in fact
+ * healthy, and check that weft gives the documented result.
+ *
+ * Not exported (weft.map exports weft_[!_]* only): the tests link the
+ * static library and include this header. Neither the hook nor its
+ * argument is thread-safe: set them while no loop runs I/O on another
+ * thread.
+ */
+#ifndef WEFT_FAULT_H
+#define WEFT_FAULT_H
+
+#include <stddef.h>
+
+/* Called before each system call of an I/O operation with its OP_* kind
+ * (backend.h), its fd and the length asked (0 for accept and connect).
+ * Returns 0 to let the call run; a positive errno to fail it with that
+ * errno without making it; or -n (n > 0) to make it with at most n bytes
+ * (a short transfer; ignored by accept and connect).
+ *
+ * A shortened call that moves all its n bytes is not taken for a drained
+ * buffer (io.c's "short read" hint), since the kernel did give everything
+ * it was asked for: the next call is tried at once, as after a full one.
+ *
+ * NULL (the default): no injection, at the cost of one load and a branch
+ * per system call. */
+typedef int (*weft__fault_fn)(int kind, int fd, size_t len, void *arg);
+
+extern weft__fault_fn weft__fault_hook;
+extern void *weft__fault_arg; /* passed to the hook as `arg` */
+
+#endif
