@@ -28,6 +28,8 @@
  * free to call weft; none can arrive early enough to kill the process.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -132,6 +134,10 @@ static int accept_loop(void) {
     char name[128];
     printf("Got connection from %s\n",
            weft_addr_str((struct sockaddr *)&addr, name, sizeof name));
+    /* One reply per line: without TCP_NODELAY the second of two pipelined
+     * replies waits for the client's delayed ACK (40 ms). */
+    int one = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     weft_stream *s = weft_stream_new(c, 0);
     if (!s || !weft_group_spawn(conns, client_handler, s)) {
       fprintf(stderr, "echo_server: out of memory for a client\n");
@@ -147,7 +153,10 @@ static int accept_loop(void) {
 
 static int server_loop(void *unused) {
   (void)unused;
-  int fd = weft_tcp_listen(host, port, 5);
+  /* The seed's listen(5) is too short a queue for a burst of clients:
+   * Linux then answers with SYN cookies, and may drop a client's first
+   * bytes. 0 is SOMAXCONN. */
+  int fd = weft_tcp_listen(host, port, 0);
   if (fd < 0) {
     fprintf(stderr, "echo_server: cannot listen on %s:%d: %s\n",
             *host ? host : "*", port, weft_strerror(fd));

@@ -363,6 +363,8 @@ int weft_wait_fd(int fd, int events);
 
 ssize_t weft_read(int fd, void *buf, size_t len);
 ssize_t weft_write(int fd, const void *buf, size_t len);
+/* With MSG_DONTWAIT in flags, recv and send never wait: -EAGAIN instead
+ * (still a cancellation point). */
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags);
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags);
 
@@ -381,7 +383,9 @@ ssize_t weft_write_all(int fd, const void *buf, size_t len);
  * keeps the listener alive and the CPU idle: it drops the pending
  * connection (using a spare fd it keeps for this), waits (1 ms, doubling up
  * to 100 ms while it lasts) and tries again; it returns once a connection could
- * be accepted. Returns the new fd or a negative errno. */
+ * be accepted. ENOBUFS and ENOMEM back off the same way, dropping nothing;
+ * a connection reset while queued (ECONNABORTED, EPROTO) is passed over.
+ * Returns the new fd or a negative errno. */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Connects fd (made non-blocking) and waits for the result: 0 or a negative
@@ -420,7 +424,8 @@ int weft_udp_bind(const char *host, int port);
 int weft_unix_listen(const char *path, int backlog);
 
 /* Connects to the Unix stream socket at `path`. Returns the fd or a
- * negative errno. */
+ * negative errno; -EAGAIN when the listener's backlog is full (Linux does
+ * not queue a Unix connect: try again later). */
 int weft_unix_connect(const char *path);
 
 /* The local port of a bound socket (IPv4 or IPv6), or a negative errno. */

@@ -535,6 +535,10 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
       weft__fd_adopt((int)c, 1);
       return (int)c;
     }
+    /* The connection went away before it could be taken (reset while it
+     * waited in the queue): the listener is fine, take the next. */
+    if (c == -ECONNABORTED || c == -EPROTO)
+      continue;
     if (c != -EMFILE && c != -ENFILE && c != -ENOBUFS && c != -ENOMEM)
       return (int)c;
     if (c == -EMFILE || c == -ENFILE)

@@ -253,6 +253,32 @@ static void *eintr_accept(void *arg) {
   return NULL;
 }
 
+/* A connection reset while it waited in the queue (ECONNABORTED, EPROTO)
+ * is passed over: accept goes on to the next, the listener unharmed. */
+static void *aborted_accept(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 8);
+  CHECK_GE(lfd, 0);
+  int c1 = client(weft_sock_port(lfd), '1');
+  inject(OP_ACCEPT, lfd, 1, ECONNABORTED);
+  int a = weft_accept(lfd, NULL, NULL);
+  CHECK_GE(a, 0);
+  CHECK_EQ(calls[OP_ACCEPT], 2);
+  CHECK_EQ(tag_of(a), '1');
+  CHECK_EQ(weft_close(a), 0);
+  inject(OP_ACCEPT, lfd, 1, EPROTO);
+  int c2 = client(weft_sock_port(lfd), '2');
+  a = weft_accept(lfd, NULL, NULL);
+  CHECK_GE(a, 0);
+  CHECK_EQ(tag_of(a), '2');
+  fault_reset();
+  CHECK_EQ(weft_close(a), 0);
+  CHECK_EQ(weft_close(c1), 0);
+  CHECK_EQ(weft_close(c2), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  return NULL;
+}
+
 /* Regression: an EINTR'd connect was taken for one going on in the
  * background, and waited for: on an unconnected socket that never comes
  * (epoll: no event after the first, so for ever; poll: the socket polls
@@ -1012,6 +1038,7 @@ int main(void) {
   RUN(eintr_pipe);
   RUN(eintr_socket);
   RUN(eintr_accept);
+  RUN(aborted_accept);
   RUN(eintr_connect);
   RUN(short_readline);
   RUN(short_read_exact);
