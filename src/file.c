@@ -173,36 +173,36 @@ int weft_file_open(const char *path, int flags, mode_t mode) {
   return (int)fop_run(f, NULL);
 }
 
-ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset) {
-  if (!in_task() || (!buf && len))
+/* A read or a write of len bytes at offset: the job, its buffer filled
+ * with the data of a write. */
+static ssize_t transfer(int op, int fd, void *out, const void *in, size_t len,
+                        off_t offset) {
+  if (!in_task())
     return -EINVAL;
   if (fd < 0)
     return -EBADF;
   if (len > FILE_IO_MAX)
     len = FILE_IO_MAX;
-  fop *f = fop_new(F_READ, fd, len);
+  fop *f = fop_new(op, fd, len);
   if (!f)
     return -ENOMEM;
+  if (in && len)
+    memcpy(f->data, in, len);
   f->len = len;
   f->off = offset;
-  return fop_run(f, buf);
+  return fop_run(f, out);
+}
+
+ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset) {
+  if (!buf && len)
+    return -EINVAL;
+  return transfer(F_READ, fd, buf, NULL, len, offset);
 }
 
 ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset) {
-  if (!in_task() || (!buf && len))
+  if (!buf && len)
     return -EINVAL;
-  if (fd < 0)
-    return -EBADF;
-  if (len > FILE_IO_MAX)
-    len = FILE_IO_MAX;
-  fop *f = fop_new(F_WRITE, fd, len);
-  if (!f)
-    return -ENOMEM;
-  if (len)
-    memcpy(f->data, buf, len);
-  f->len = len;
-  f->off = offset;
-  return fop_run(f, NULL);
+  return transfer(F_WRITE, fd, NULL, buf, len, offset);
 }
 
 int weft_file_fsync(int fd) {
