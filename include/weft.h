@@ -423,9 +423,11 @@ int weft_udp_bind(const char *host, int port);
  * is not removed: -EADDRINUSE). Returns the fd or a negative errno. */
 int weft_unix_listen(const char *path, int backlog);
 
-/* Connects to the Unix stream socket at `path`. Returns the fd or a
- * negative errno; -EAGAIN when the listener's backlog is full (Linux does
- * not queue a Unix connect: try again later). */
+/* Connects to the Unix stream socket at `path`. When the listener's
+ * backlog is full (Linux then refuses a non-blocking connect with EAGAIN
+ * and never says when there is room) it waits and tries again, 1 ms
+ * doubling up to 100 ms, as a blocking connect would wait. Returns the fd
+ * or a negative errno (-ECANCELED, -ETIMEDOUT while it waits). */
 int weft_unix_connect(const char *path);
 
 /* The local port of a bound socket (IPv4 or IPv6), or a negative errno. */

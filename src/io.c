@@ -331,11 +331,27 @@ static int start_connect(const weft__op *op) {
   }
 }
 
+/* A Unix stream connect to a listener whose backlog is full fails with
+ * EAGAIN, and nothing tells the client when there is room: back off and
+ * try again, as accept does when out of fds (a blocking connect would
+ * wait). */
+#define CONNECT_BACKOFF_MIN WEFT_MS(1)
+#define CONNECT_BACKOFF_MAX WEFT_MS(100)
+
 /* connect: start it, wait until the socket is writable, read the result.
  * A wake-up that comes before the connection is made (epoll can report a
  * fresh socket writable) is told apart by getpeername. */
 static int do_connect(weft_loop *loop, const weft__op *op) {
   int started = start_connect(op);
+  int64_t backoff = CONNECT_BACKOFF_MIN;
+  while (started == -EAGAIN && op->addr && op->addr->sa_family == AF_UNIX) {
+    int rc = weft_sleep(backoff);
+    if (rc < 0)
+      return rc;
+    if (backoff < CONNECT_BACKOFF_MAX)
+      backoff *= 2;
+    started = start_connect(op);
+  }
   if (started != -EINPROGRESS)
     return started;
   for (;;) {

@@ -210,7 +210,60 @@ static void *unix_main(void *arg) {
   return NULL;
 }
 
-static void test_unix(void) { check_run(unix_main, NULL); }
+/* A full backlog: Linux refuses a non-blocking Unix connect with EAGAIN;
+ * weft_unix_connect waits and tries again until the listener takes it. */
+static int full_connected;
+
+static void *full_connector(void *arg) {
+  int c = weft_unix_connect((const char *)arg);
+  CHECK_GE(c, 0);
+  full_connected++;
+  CHECK_EQ(weft_close(c), 0);
+  return NULL;
+}
+
+static void *unix_full_main(void *arg) {
+  (void)arg;
+  snprintf(upath, sizeof upath, "/tmp/weft-test-full-%d.sock", (int)getpid());
+  unlink(upath);
+  int lfd = weft_unix_listen(upath, 1);
+  CHECK_GE(lfd, 0);
+  weft_task *t[5];
+  for (int i = 0; i < 5; i++)
+    CHECK(t[i] = weft_spawn(full_connector, upath));
+  CHECK_EQ(weft_sleep(WEFT_MS(30)), 0);
+  CHECK_LT(full_connected, 5); /* the backlog holds fewer */
+  for (int i = 0; i < 5; i++) {
+    int s = weft_accept(lfd, NULL, NULL);
+    CHECK_GE(s, 0);
+    CHECK_EQ(weft_close(s), 0);
+  }
+  for (int i = 0; i < 5; i++)
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+  CHECK_EQ(full_connected, 5);
+  /* Cancelled while it waits for room: -ECANCELED, nothing left. */
+  int hold = weft_unix_connect(upath), hold2 = weft_unix_connect(upath);
+  CHECK_GE(hold, 0);
+  CHECK_GE(hold2, 0);
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + WEFT_MS(20));
+  int c = weft_unix_connect(upath);
+  if (c >= 0) /* the kernel took one more than the backlog said */
+    CHECK_EQ(weft_close(c), 0);
+  else
+    CHECK_EQ(c, -ETIMEDOUT);
+  weft_scope_exit(&sc);
+  CHECK_EQ(weft_close(hold), 0);
+  CHECK_EQ(weft_close(hold2), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  unlink(upath);
+  return NULL;
+}
+
+static void test_unix(void) {
+  check_run(unix_main, NULL);
+  check_run(unix_full_main, NULL);
+}
 
 /* ---- UDP -------------------------------------------------------------- */
 static void *udp_echo(void *arg) {
