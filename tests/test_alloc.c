@@ -30,52 +30,59 @@ static long fail_at;     /* the call that fails; 0: none */
 static long outstanding; /* blocks handed out and not freed */
 static long failures;    /* how many calls were failed */
 
-static void *t_malloc(size_t n) {
-  if (fail_at && ++calls == fail_at) {
-    failures++;
-    return NULL;
+/* Atomic: the layer-5 sweep makes calls from other threads too. */
+static int fail_now(void) {
+  long at = __atomic_load_n(&fail_at, __ATOMIC_RELAXED);
+  if (at && __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED) == at) {
+    __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+    return 1;
   }
+  return 0;
+}
+
+static void *t_malloc(size_t n) {
+  if (fail_now())
+    return NULL;
   void *p = malloc(n);
   if (p)
-    outstanding++;
+    __atomic_add_fetch(&outstanding, 1, __ATOMIC_RELAXED);
   return p;
 }
 
 static void *t_realloc(void *p, size_t n) {
-  if (fail_at && ++calls == fail_at) {
-    failures++;
+  if (fail_now())
     return NULL;
-  }
   void *q = realloc(p, n);
   if (q && !p)
-    outstanding++;
+    __atomic_add_fetch(&outstanding, 1, __ATOMIC_RELAXED);
   return q;
 }
 
 static void t_free(void *p) {
   if (p)
-    outstanding--;
+    __atomic_sub_fetch(&outstanding, 1, __ATOMIC_RELAXED);
   free(p);
 }
 
 static void arm(long n) {
-  calls = 0;
-  failures = 0;
-  fail_at = n;
+  __atomic_store_n(&calls, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&failures, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&fail_at, n, __ATOMIC_RELAXED);
 }
 
 /* Returns whether the armed failure happened. */
 static int disarm(void) {
-  fail_at = 0;
-  return failures > 0;
+  __atomic_store_n(&fail_at, 0, __ATOMIC_RELAXED);
+  return __atomic_load_n(&failures, __ATOMIC_RELAXED) > 0;
 }
 
 static void check_no_leak(const char *what, long n) {
   weft__stack_trim();
-  if (outstanding != 0)
+  long left = __atomic_load_n(&outstanding, __ATOMIC_RELAXED);
+  if (left != 0)
     fprintf(stderr, "%s, failing call %ld: %ld block(s) leaked\n", what, n,
-            outstanding);
-  CHECK_EQ(outstanding, 0);
+            left);
+  CHECK_EQ(left, 0);
 }
 
 #define MAX_POINTS 10000
@@ -439,9 +446,12 @@ static char l5_path[64];
     }                                                                          \
   } while (0)
 
+static int l5_cbs; /* the done-callback runs from the loop, maybe after
+                      l5_main has returned: not on its stack */
+
 static int l5_main(void *unused) {
   (void)unused;
-  int rc = 0, cbs = 0, fd = -1;
+  int rc = 0, fd = -1;
   weft_future *f = NULL, *g = NULL;
   weft_group *grp = NULL;
   weft_chan *c = NULL, *c2 = NULL;
@@ -450,7 +460,7 @@ static int l5_main(void *unused) {
   /* futures */
   f = weft_future_new();
   FAIL_IF(!f);
-  FAIL_IF(weft_future_add_done_callback(f, on_done, &cbs) < 0);
+  FAIL_IF(weft_future_add_done_callback(f, on_done, &l5_cbs) < 0);
   CHECK_EQ(weft_future_set_result(f, (void *)1), 0);
   CHECK_EQ(weft_await(f, &v), 0);
   /* a group of two children */
