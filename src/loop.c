@@ -1,6 +1,6 @@
 /*
- * Layer 4: the loop. One turn reads the clock, fires the timers that are
- * due, runs the callbacks queued so far, runs the ready tasks, and then
+ * Layer 4: the loop. One turn reads the clock, runs the callbacks queued
+ * before it, fires the timers that are due, runs the ready tasks, and then
  * waits in the backend: not at all if something is ready, else until the
  * nearest timer, or for ever if there is none (seed 003's select with a
  * timeout capped by the nearest timer). The loop ends when nothing is left.
@@ -435,8 +435,11 @@ int weft_loop_run(weft_loop *loop) {
       weft__threadsafe_run(loop);
     if (__atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED))
       weft__executor_deliver(loop);
-    weft__timers_fire(loop);
+    /* What was queued before the turn runs before the timers that came
+     * due meanwhile (seed 003 looks at its sleepers only when nothing is
+     * ready; asyncio and tornado do the same). */
     weft__callbacks_run(loop);
+    weft__timers_fire(loop);
     if (loop->ready_head && !loop->stop)
       weft__run_ready(loop);
     if (loop->stop) {
