@@ -2,7 +2,7 @@
  * Running one case of a test of the loop: fn(arg) as the only task of a
  * fresh loop, which must run out of work within CASE_LATE and leave
  * nothing behind (no fd waiter, timer, callback, task or open fd). An
- * alarm names the case if it hangs. RUN(fn) runs a case in a child process
+ * alarm (check_case) names the case if it hangs. RUN(fn) runs a case in a child process
  * of its own (CHECK_SUBTEST), so one failure does not hide the others.
  *
  * Include after internal.h and check.h.
@@ -18,25 +18,8 @@
 #define CASE_LATE WEFT_SEC(5)
 #endif
 
-static const char *current_case = "";
-
-static void case_on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = ": timed out in case: ";
-  extern char *program_invocation_short_name;
-  const char *prog = program_invocation_short_name;
-  ssize_t n = write(2, prog, strlen(prog));
-  n = write(2, msg, sizeof msg - 1);
-  n = write(2, current_case, strlen(current_case));
-  n = write(2, "\n", 1);
-  (void)n;
-  _exit(1);
-}
-
 static void run_case(const char *name, void *(*fn)(void *), void *arg) {
-  current_case = name;
-  signal(SIGALRM, case_on_alarm);
-  alarm(RUNNING_ON_VALGRIND ? 100 : 30);
+  check_case(name, RUNNING_ON_VALGRIND ? 100 : 30);
   int fds = check_fd_count();
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);

@@ -130,6 +130,29 @@
  * counting the one that reads it). A test takes it at the start and checks
  * it again at the end: every fd it made must be closed. */
 #include <dirent.h>
+/* The case under way: if it hangs, the alarm check_case armed names it
+ * ("test_x: timed out in case: name") and the program exits 1. */
+__attribute__((unused)) static const char *check_case_name = "";
+
+__attribute__((unused)) static void check_on_alarm_(int sig) {
+  (void)sig;
+  static const char msg[] = ": timed out in case: ";
+  extern char *program_invocation_short_name;
+  const char *prog = program_invocation_short_name;
+  ssize_t n = write(2, prog, strlen(prog));
+  n = write(2, msg, sizeof msg - 1);
+  n = write(2, check_case_name, strlen(check_case_name));
+  n = write(2, "\n", 1);
+  (void)n;
+  _exit(1);
+}
+
+static inline void check_case(const char *name, unsigned seconds) {
+  check_case_name = name;
+  signal(SIGALRM, check_on_alarm_);
+  alarm(seconds);
+}
+
 /* WEFT_SEED is set: tasks ready at the same moment run in a shuffled
  * order, so a check of the FIFO order itself does not apply. */
 static inline int check_seeded(void) {

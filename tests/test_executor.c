@@ -96,17 +96,6 @@
 #define LATE WEFT_SEC(20)
 
 static pthread_t main_thread;
-static const char *current_case = "";
-
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "test_executor: timed out in case: ";
-  ssize_t n = write(2, msg, sizeof msg - 1);
-  n = write(2, current_case, strlen(current_case));
-  n = write(2, "\n", 1);
-  (void)n;
-  _exit(1);
-}
 
 static void sleep_ns(int64_t ns) {
   struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
@@ -145,8 +134,7 @@ static int threads_settle(int want) {
  * with no job pending, and leave no fd open. */
 static void run_with(const char *name, const weft_config *cfg,
                      void *(*fn)(void *), void *arg) {
-  current_case = name;
-  alarm(RUNNING_ON_VALGRIND ? 110 : 60);
+  check_case(name, RUNNING_ON_VALGRIND ? 110 : 60);
   int fds = check_fd_count();
   weft_loop *loop = weft_loop_new(cfg);
   CHECK(loop);
@@ -165,8 +153,7 @@ static void run(const char *name, void *(*fn)(void *), void *arg) {
 }
 
 static void begin(const char *name) {
-  current_case = name;
-  alarm(RUNNING_ON_VALGRIND ? 110 : 60);
+  check_case(name, RUNNING_ON_VALGRIND ? 110 : 60);
 }
 
 /* ---- jobs ---------------------------------------------------------------- */
@@ -1830,7 +1817,6 @@ static void *dump_main(void *arg) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
-  signal(SIGALRM, on_alarm);
   main_thread = pthread_self();
   int fds = check_fd_count();
   int threads = count_threads();

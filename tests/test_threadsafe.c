@@ -59,21 +59,10 @@
 
 static unsigned long scale = 1;
 static pthread_t main_thread;
-static const char *current_case = "";
 
-static void on_alarm(int sig) {
-  (void)sig;
-  static const char msg[] = "test_threadsafe: timed out (a lost wake-up?) in: ";
-  ssize_t n = write(2, msg, sizeof msg - 1);
-  n = write(2, current_case, strlen(current_case));
-  n = write(2, "\n", 1);
-  (void)n;
-  _exit(1);
-}
-
+/* A case that hangs is most likely a lost wake-up. */
 static void begin(const char *name) {
-  current_case = name;
-  alarm(110); /* the ctest entry's timeout is 120 s */
+  check_case(name, 110); /* the ctest entry's timeout is 120 s */
 }
 
 /* ---- the counting callback (runs on the receiving loop's thread) --------- */
@@ -487,7 +476,6 @@ static void pool_jobs(void) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
-  signal(SIGALRM, on_alarm);
   main_thread = pthread_self();
   const char *e = getenv("WEFT_TEST_SCALE");
   if (e && *e) {
