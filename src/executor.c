@@ -226,7 +226,7 @@ static void deliver(weft_loop *loop, job *j) {
 
 /* The jobs workers finished since the last turn (loop.c calls it when the
  * list is not empty). They were pushed newest first: deliver oldest first. */
-static void deliver_all(weft_loop *loop) {
+void weft__executor_deliver(weft_loop *loop) {
   job *j = __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
   job *fifo = NULL;
   while (j) {
@@ -244,8 +244,10 @@ static void deliver_all(weft_loop *loop) {
 
 /* weft_loop_free: let the workers finish what was queued, join them, and
  * release the results nobody will take now (no task runs again). */
-static void executor_free(weft_loop *loop) {
+void weft__executor_free(weft_loop *loop) {
   pool *p = loop->executor;
+  if (!p)
+    return;
   pthread_mutex_lock(&p->lock);
   p->stopping = 1;
   pthread_cond_broadcast(&p->work);
@@ -272,11 +274,6 @@ static void executor_free(weft_loop *loop) {
   loop->executor = NULL;
 }
 
-void weft__executor_deliver(weft_loop *loop) { deliver_all(loop); }
-void weft__executor_free(weft_loop *loop) {
-  if (loop->executor)
-    executor_free(loop);
-}
 
 /* ---- the public calls ------------------------------------------------- */
 /* The caller was cancelled: the job is nobody's now; delivery releases it. */
