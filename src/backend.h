@@ -4,6 +4,7 @@
  *
  *   backend_epoll.c   readiness, edge-triggered, one registration per fd
  *   backend_poll.c    readiness, level-triggered, only fds being waited on
+ *   backend_uring.c   completions: each operation is an io_uring request
  *
  * The unit is the operation (weft__op: a recv, a send, an accept...), not
  * the readiness event, so that a completion backend (io_uring) can submit
@@ -102,15 +103,44 @@ struct weft__backend {
   /* Stop watching: e->wanted dropped to 0 (closing is 0), or the fd is
    * being closed (closing is 1). */
   void (*unwatch)(weft_loop *loop, int fd, weft__fd *e, int closing);
+  /* Optional (completion backends). close: closes fd for the running task
+   * (weft_close, after weft__fd_forget); returns 0 or a negative errno.
+   * file: one weft_file_* call (FILE_READ...) done by the backend, or
+   * -ENOSYS to leave it to the pool. quiesce: weft_loop_free calls it
+   * before the tasks' stacks go: it waits out every request still in the
+   * kernel, since one may still write into a stack. */
+  int (*close)(weft_loop *loop, int fd);
+  ssize_t (*file)(weft_loop *loop, int op, int fd, void *buf, size_t len,
+                  off_t offset);
+  void (*quiesce)(weft_loop *loop);
 };
+
+/* What the backends' `file` does. */
+enum { FILE_READ, FILE_WRITE, FILE_FSYNC };
 
 extern const weft__backend weft__backend_epoll;
 extern const weft__backend weft__backend_poll;
+#ifdef WEFT_HAVE_URING
+extern const weft__backend weft__backend_uring;
+/* Why the last io_uring init on this thread failed, if it knows better
+ * than the errno (a missing feature), else NULL. */
+const char *weft__uring_why_not(void);
+#endif
 
 /* The entry for fd, growing the table if needed; NULL if fd < 0 or out of
  * memory. Pointers into the table move when it grows: re-read after
  * anything that may run other tasks. */
 weft__fd *weft__fd_get(weft_loop *loop, int fd);
+
+/* The entry of fd, probed (non-blocking, flags known) the first time it
+ * is seen; NULL with *rc set (-EBADF, -ENOMEM...) on failure. */
+weft__fd *weft__fd_entry(weft_loop *loop, int fd, int *rc);
+
+/* Links w at the end of its fd's waiters, counted in loop->nwaiters, and
+ * takes it off again (telling a per_wait backend if less is wanted). A
+ * waiter with events 0 is woken by nothing but weft_close (-EBADF). */
+void weft__waiter_link(weft_loop *loop, weft__waiter *w);
+void weft__waiter_unlink(weft_loop *loop, weft__waiter *w);
 
 /* The backend saw `events` (WEFT_READ | WEFT_WRITE) on fd: wake the tasks
  * waiting for them, or remember them as ready hints if none is. */

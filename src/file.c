@@ -173,6 +173,22 @@ int weft_file_open(const char *path, int flags, mode_t mode) {
   return (int)fop_run(f, NULL);
 }
 
+/* The call done by the loop's backend itself (io_uring: a request on the
+ * ring, with the caller's buffer, since the backend does not return before
+ * the kernel is done with it), or -ENOSYS: the pool's job. */
+static ssize_t native(int op, int fd, void *buf, size_t len, off_t offset) {
+  weft_loop *loop = weft__running_task()->loop;
+  if (!loop->backend->file)
+    return -ENOSYS;
+  if (fd_gone(loop, fd))
+    return -EBADF;
+  return loop->backend->file(loop,
+                             op == F_READ    ? FILE_READ
+                             : op == F_WRITE ? FILE_WRITE
+                                             : FILE_FSYNC,
+                             fd, buf, len, offset);
+}
+
 /* A read or a write of len bytes at offset: the job, its buffer filled
  * with the data of a write. */
 static ssize_t transfer(int op, int fd, void *out, const void *in, size_t len,
@@ -183,6 +199,9 @@ static ssize_t transfer(int op, int fd, void *out, const void *in, size_t len,
     return -EBADF;
   if (len > FILE_IO_MAX)
     len = FILE_IO_MAX;
+  ssize_t r = native(op, fd, op == F_READ ? out : (void *)in, len, offset);
+  if (r != -ENOSYS)
+    return r;
   fop *f = fop_new(op, fd, len);
   if (!f)
     return -ENOMEM;
@@ -210,6 +229,9 @@ int weft_file_fsync(int fd) {
     return -EINVAL;
   if (fd < 0)
     return -EBADF;
+  ssize_t r = native(F_FSYNC, fd, NULL, 0, 0);
+  if (r != -ENOSYS)
+    return (int)r;
   fop *f = fop_new(F_FSYNC, fd, 0);
   return f ? (int)fop_run(f, NULL) : -ENOMEM;
 }
@@ -229,6 +251,11 @@ int weft_file_close(int fd) {
   if ((size_t)fd < loop->nfds && loop->fds[fd].file_jobs) {
     loop->fds[fd].closing = 1; /* the last job's end closes it */
     return weft__checkpoint();
+  }
+  if (loop->backend->close) { /* through the ring, after what is queued */
+    int rc = loop->backend->close(loop, fd);
+    int crc = weft__checkpoint();
+    return rc < 0 ? rc : crc;
   }
   fop *f = fop_new(F_CLOSE, fd, 0);
   if (!f)

@@ -223,6 +223,12 @@ extern WEFT__TLS weft_loop *weft__loop_running;
  * Must be called from a task. */
 int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg);
 
+/* Parks the running task without looking at cancellation, for a backend
+ * that must see a request end before the caller's buffer may go: returns
+ * the rc it is woken with, which a cancellation (-ECANCELED...) may also
+ * give, early; the caller parks again until what it waits for is done. */
+int weft__park_raw(int what, int64_t detail);
+
 /* Makes a parked task ready with park's return value `rc`. No effect on a
  * task that is not parked. */
 void weft__wake(weft_task *t, int rc);

@@ -117,6 +117,10 @@ static inline weft__fd *entry(weft_loop *loop, int fd, int *rc) {
   return e;
 }
 
+weft__fd *weft__fd_entry(weft_loop *loop, int fd, int *rc) {
+  return entry(loop, fd, rc);
+}
+
 int weft__fd_adopt(int fd, int stream) {
   weft_loop *loop = weft_loop_current();
   if (!loop)
@@ -144,8 +148,10 @@ static uint8_t wanted_by(const weft__fd *e) {
 }
 
 /* Takes w off its fd's list and tells the backend if less is wanted. */
-static void waiter_unlink(weft_loop *loop, weft__waiter *w) {
-  weft__fd *e = &loop->fds[w->fd];
+void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
+  const int fd = w->fd;
+  weft__fd *e = &loop->fds[fd];
+  w->fd = -1; /* off the list: a second unlink is a bug the owner avoids */
   if (w->prev)
     w->prev->next = w->next;
   else
@@ -158,32 +164,40 @@ static void waiter_unlink(weft_loop *loop, weft__waiter *w) {
   uint8_t wanted = wanted_by(e);
   if (wanted != e->wanted) {
     e->wanted = wanted;
-    loop->backend->unwatch(loop, w->fd, e, 0);
+    loop->backend->unwatch(loop, fd, e, 0);
   }
 }
 
-static void undo_wait(weft_task *t, void *arg) { waiter_unlink(t->loop, arg); }
+static void undo_wait(weft_task *t, void *arg) {
+  weft__waiter_unlink(t->loop, arg);
+}
+
+void weft__waiter_link(weft_loop *loop, weft__waiter *w) {
+  weft__fd *e = &loop->fds[w->fd];
+  /* Append: waiters are woken in the order they came. */
+  weft__waiter **p = &e->waiters;
+  w->prev = w->next = NULL;
+  while (*p) {
+    w->prev = *p;
+    p = &(*p)->next;
+  }
+  *p = w;
+  loop->nwaiters++;
+}
 
 /* Parks the running task until fd has one of `events`; 0 and *revents, or
  * a negative errno (-ECANCELED, -EBADF when weft_close closes fd). */
 static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
   weft__fd *e = &loop->fds[fd];
   weft__waiter w = {weft__running_task(), fd, events, 0, NULL, NULL};
-  /* Append: waiters are woken in the order they came. */
-  weft__waiter **p = &e->waiters;
-  while (*p) {
-    w.prev = *p;
-    p = &(*p)->next;
-  }
-  *p = &w;
-  loop->nwaiters++;
+  weft__waiter_link(loop, &w);
   uint8_t old = e->wanted;
   e->wanted |= (uint8_t)events;
   if (!(e->flags & FD_WATCHED) ||
       (loop->backend->per_wait && e->wanted != old)) {
     int rc = loop->backend->watch(loop, fd, e);
     if (rc < 0) {
-      waiter_unlink(loop, &w);
+      weft__waiter_unlink(loop, &w);
       return rc;
     }
   }
@@ -217,7 +231,7 @@ void weft__fd_event(weft_loop *loop, int fd, int events) {
     weft__waiter *next = w->next;
     if (w->events & events) {
       w->revents = w->events & events;
-      waiter_unlink(loop, w);
+      weft__waiter_unlink(loop, w);
       weft__wake(w->task, 0);
     }
     w = next;
@@ -608,7 +622,7 @@ void weft__fd_forget(weft_loop *loop, int fd) {
   weft__fd *e = &loop->fds[fd];
   while (e->waiters) {
     weft__waiter *w = e->waiters;
-    waiter_unlink(loop, w);
+    weft__waiter_unlink(loop, w);
     weft__wake(w->task, -EBADF);
   }
   if (e->flags & FD_WATCHED)
@@ -621,7 +635,11 @@ void weft__fd_forget(weft_loop *loop, int fd) {
 int weft_close(int fd) {
   if (fd < 0)
     return -EBADF;
-  weft__fd_forget(weft_loop_current(), fd);
+  weft_loop *loop = weft_loop_current();
+  weft__fd_forget(loop, fd);
+  if (loop && loop->backend->close && weft__running_task() &&
+      weft__loop_running == loop)
+    return loop->backend->close(loop, fd);
   /* Linux frees the fd even when close fails with EINTR: never retry. */
   if (close(fd) < 0 && errno != EINTR)
     return -errno;

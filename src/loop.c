@@ -38,20 +38,46 @@ int64_t weft_now(void) {
   return real_now();
 }
 
-/* The backend a name selects: NULL or "" is the platform's default. */
+/* The backend a name selects: NULL or "" is the platform's default.
+ * "io_uring" in a build without liburing gives the default, with the
+ * notice of a failed io_uring init. */
 static const weft__backend *backend_named(const char *name) {
   static const weft__backend *const all[] = {
 #ifdef __linux__
       &weft__backend_epoll,
 #endif
       &weft__backend_poll,
+#ifdef WEFT_HAVE_URING
+      &weft__backend_uring,
+#endif
   };
   if (!name || !*name)
     return all[0];
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!strcmp(all[i]->name, name))
       return all[i];
+  if (!strcmp(name, "io_uring"))
+    return all[0];
   return NULL;
+}
+
+/* io_uring could not be had (no liburing at build time, a kernel without
+ * it or without what weft uses, a seccomp filter, a memlock limit): the
+ * loop falls back to the default backend, and says so once a process. */
+static void uring_notice(int err) {
+  static int said;
+  if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+    return;
+#ifdef WEFT_HAVE_URING
+  const char *why = weft__uring_why_not();
+  fprintf(stderr, "weft: io_uring unavailable (%s); using %s\n",
+          why ? why : strerror(err), backend_named(NULL)->name);
+#else
+  (void)err;
+  fprintf(stderr, "weft: io_uring unavailable (built without liburing); "
+                  "using %s\n",
+          backend_named(NULL)->name);
+#endif
 }
 
 /* ---- wake-ups from other threads --------------------------------------
@@ -207,6 +233,9 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
     errno = EINVAL;
     return NULL;
   }
+  int want_uring = name && !strcmp(name, "io_uring");
+  if (want_uring && strcmp(backend->name, "io_uring"))
+    uring_notice(ENOSYS);
   weft_loop *loop = weft__calloc(1, sizeof *loop);
   if (!loop)
     return NULL;
@@ -223,6 +252,11 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   loop->wake_fd = loop->wake_wfd = -1;
   loop->quit_fd = -1;
   int rc = backend->init(loop);
+  if (rc < 0 && want_uring && rc != -ENOMEM) {
+    uring_notice(-rc);
+    loop->backend = backend = backend_named(NULL);
+    rc = backend->init(loop);
+  }
   if (rc < 0) {
     weft__free(loop);
     errno = -rc;
@@ -263,6 +297,9 @@ void weft_loop_free(weft_loop *loop) {
     }
   /* The pool first: a job may still be using a task's stack (its arg). */
   weft__executor_free(loop);
+  /* And the kernel's: a request in flight may still write into a stack. */
+  if (loop->backend->quiesce)
+    loop->backend->quiesce(loop);
   weft__tasks_free(loop);
   weft__stack_trim();
   weft__timers_free(loop);

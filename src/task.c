@@ -352,6 +352,18 @@ void weft__run_ready(weft_loop *loop) {
 }
 
 /* ---- parking ---------------------------------------------------------- */
+static inline __attribute__((always_inline)) int
+park_now(weft_task *t, int what, int64_t detail, weft__undo_fn undo,
+         void *arg) {
+  t->state = TASK_WAITING;
+  t->waits_on = (uint8_t)what;
+  t->waits_detail = detail;
+  t->undo = undo;
+  t->undo_arg = arg;
+  suspend(t);
+  return t->wake_rc;
+}
+
 int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg) {
   weft_task *t = running_task();
   if (!t)
@@ -369,13 +381,11 @@ int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg) {
       return rc;
     }
   }
-  t->state = TASK_WAITING;
-  t->waits_on = (uint8_t)what;
-  t->waits_detail = detail;
-  t->undo = undo;
-  t->undo_arg = arg;
-  suspend(t);
-  return t->wake_rc;
+  return park_now(t, what, detail, undo, arg);
+}
+
+int weft__park_raw(int what, int64_t detail) {
+  return park_now(running_task(), what, detail, NULL, NULL);
 }
 
 void weft__wake(weft_task *t, int rc) {

@@ -1529,6 +1529,13 @@ static void check_deferred_close(void) {
 }
 
 static void test_deferred_close(void) {
+  const char *b = getenv("WEFT_BACKEND");
+  if (b && !strcmp(b, "io_uring")) {
+    /* File calls are ring requests there, not pool jobs, and a close goes
+     * into the ring after them: no write can run late. */
+    printf("  file close with a write in flight: not on io_uring\n");
+    return;
+  }
   snprintf(path_b, sizeof path_b, "%s/other", dir);
   weft_config cfg = {0};
   cfg.executor_threads = 1;

@@ -1,0 +1,631 @@
+/*
+ * The io_uring backend: completions, not readiness. Each I/O call becomes
+ * one request on the loop's ring, and the task parks until its completion
+ * comes back:
+ *
+ *   weft_recv ── SQE (user_data: a uring_op on the task's stack) ── park
+ *                                                                    │
+ *   loop turn: io_uring_submit_and_wait_timeout: every SQE of the    │
+ *   turn and the wait in one io_uring_enter, capped by the nearest   │
+ *   timer ── CQE ── uring_op.res, wake ───────────────────────────────┘
+ *
+ * So a busy server pays one system call per turn, not two or three per
+ * message.
+ *
+ * The buffer of a request belongs to the kernel until its completion is
+ * reaped, even when the task is cancelled: the cancelled call submits an
+ * IORING_OP_ASYNC_CANCEL and then waits, cancellation or not
+ * (weft__park_raw), for the request's own completion. A recv that
+ * completed anyway returns its data (the cancellation is level-triggered,
+ * so the next call sees it); the same for a send, an accept (no fd is
+ * lost) and a read. weft_loop_free waits out every request still in flight
+ * (quiesce) before the stacks go.
+ *
+ * What has no completion form goes the readiness way (weft__io_readiness),
+ * with IORING_OP_POLL_ADD, one-shot, in place of epoll: weft_wait_fd, the
+ * loop's own eventfd, connect (rare, and its EINTR and EAGAIN rules are
+ * there already), MSG_DONTWAIT (the call itself never blocks), and a pipe
+ * or tty that answers -EAGAIN because it is O_NONBLOCK (weft makes the fds
+ * it sees non-blocking, and io_uring honours that for pipes).
+ *
+ * user_data: 0 for what nobody waits for (a cancel, a poll removal); an
+ * odd value for a poll watch: (slot << 32) | (fd << 1) | 1, where the slot
+ * (weft__fd.slot: a generation << 2, and the events asked for) tells a
+ * completion of the fd's current watch from a stale one; else the address
+ * of the uring_op.
+ */
+#include "backend.h"
+
+#ifdef WEFT_HAVE_URING
+
+#include "fault.h"
+#include "tools.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifdef WEFT_VALGRIND
+#include <valgrind/memcheck.h>
+/* The kernel wrote len bytes at p behind memcheck's back. */
+#define KERNEL_WROTE(p, len) VALGRIND_MAKE_MEM_DEFINED((p), (len))
+#else
+#define KERNEL_WROTE(p, len) ((void)(p), (void)(len))
+#endif
+
+#define SQ_ENTRIES 256
+#define CQ_ENTRIES 4096
+
+/* One request of a task, on the task's stack from its SQE to its CQE. */
+typedef struct uring_op {
+  weft__waiter w; /* on the fd's waiters (events 0): weft_close wakes it */
+  int res;        /* the completion's result */
+  uint8_t done;   /* the completion came */
+  uint8_t linked; /* w is on the fd's list, counted in loop->nwaiters */
+  uint8_t retracted; /* made a no-op before submission: res stays */
+  struct io_uring_sqe *sqe; /* its SQE, while it may not be submitted */
+  unsigned batch;           /* uring_state.batch when it was prepared */
+  struct uring_op *prev, *next; /* in flight: the ring's list */
+} uring_op;
+
+typedef struct uring_state {
+  struct io_uring ring;
+  uring_op *inflight; /* requests whose completion has not come */
+  uint32_t gen;       /* the last watch generation handed out */
+  unsigned batch;     /* bumped by each submission to the kernel */
+  int draining;       /* quiesce: completions wake nobody */
+} uring_state;
+
+static inline uring_state *state(weft_loop *loop) { return loop->backend_data; }
+
+/* ---- setting up --------------------------------------------------------- */
+/* The operations weft submits; a kernel without one of them is refused
+ * (the loop falls back to epoll). */
+static const struct {
+  int op;
+  const char *name;
+} needed[] = {
+    {IORING_OP_READ, "READ"},           {IORING_OP_WRITE, "WRITE"},
+    {IORING_OP_RECV, "RECV"},           {IORING_OP_SEND, "SEND"},
+    {IORING_OP_RECVMSG, "RECVMSG"},     {IORING_OP_SENDMSG, "SENDMSG"},
+    {IORING_OP_ACCEPT, "ACCEPT"},       {IORING_OP_CLOSE, "CLOSE"},
+    {IORING_OP_FSYNC, "FSYNC"},         {IORING_OP_POLL_ADD, "POLL_ADD"},
+    {IORING_OP_POLL_REMOVE, "POLL_REMOVE"},
+    {IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
+};
+
+/* Why init failed, for the loop's one-line notice (loop.c). */
+static __thread const char *why_not;
+
+const char *weft__uring_why_not(void) { return why_not; }
+
+static int probe_ring(struct io_uring *ring, const struct io_uring_params *p) {
+  /* EXT_ARG: the wait's timeout goes with io_uring_enter, no timeout SQE;
+   * NODROP: a full completion queue loses nothing; RW_CUR_POS: offset -1
+   * reads a pipe or a socket. */
+  if (!(p->features & IORING_FEAT_EXT_ARG) ||
+      !(p->features & IORING_FEAT_NODROP) ||
+      !(p->features & IORING_FEAT_RW_CUR_POS)) {
+    why_not = "the kernel lacks IORING_FEAT_EXT_ARG, NODROP or RW_CUR_POS";
+    return -ENOSYS;
+  }
+  struct io_uring_probe *pr = io_uring_get_probe_ring(ring);
+  if (!pr) {
+    why_not = "io_uring_get_probe failed";
+    return -ENOSYS;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < sizeof needed / sizeof needed[0] && !rc; i++)
+    if (!io_uring_opcode_supported(pr, needed[i].op)) {
+      static __thread char msg[64];
+      snprintf(msg, sizeof msg, "the kernel lacks IORING_OP_%s",
+               needed[i].name);
+      why_not = msg;
+      rc = -ENOSYS;
+    }
+  io_uring_free_probe(pr);
+  return rc;
+}
+
+static int uring_init(weft_loop *loop) {
+  uring_state *st = weft__calloc(1, sizeof *st);
+  if (!st)
+    return -ENOMEM;
+  /* The loop is one thread's (SINGLE_ISSUER), and completions need only
+   * be ready when the loop asks for them (DEFER_TASKRUN, Linux 6.1): the
+   * kernel then does their work in the loop's io_uring_enter instead of
+   * interrupting the task that runs. Older kernels refuse the flags. */
+  static const unsigned tries[] = {
+      IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+          IORING_SETUP_SUBMIT_ALL,
+      IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN,
+      0,
+  };
+  int rc = -EINVAL;
+  struct io_uring_params p;
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && rc == -EINVAL;
+       i++) {
+    memset(&p, 0, sizeof p);
+    p.flags = tries[i] | IORING_SETUP_CQSIZE;
+    p.cq_entries = CQ_ENTRIES;
+    rc = io_uring_queue_init_params(SQ_ENTRIES, &st->ring, &p);
+  }
+  if (rc < 0) {
+    why_not = NULL;
+    weft__free(st);
+    return rc;
+  }
+  if ((rc = probe_ring(&st->ring, &p)) < 0) {
+    io_uring_queue_exit(&st->ring);
+    weft__free(st);
+    return rc;
+  }
+  loop->backend_data = st;
+  return 0;
+}
+
+static void uring_fini(weft_loop *loop) {
+  uring_state *st = state(loop);
+  if (!st)
+    return;
+  io_uring_queue_exit(&st->ring);
+  weft__free(st);
+  loop->backend_data = NULL;
+}
+
+/* ---- completions -------------------------------------------------------- */
+static int reap(weft_loop *loop, uring_state *st);
+
+/* A free SQE: when the submission queue is full, what is in it goes to the
+ * kernel first (and, should the kernel push back with EBUSY because its
+ * completion backlog is full, the completions are taken first). */
+static struct io_uring_sqe *get_sqe(weft_loop *loop, uring_state *st) {
+  for (;;) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
+    if (sqe)
+      return sqe;
+    st->batch++;
+    int rc = io_uring_submit(&st->ring);
+    if (rc == -EBUSY || rc == -EAGAIN)
+      reap(loop, st);
+  }
+}
+
+static void inflight_add(uring_state *st, uring_op *u) {
+  u->prev = NULL;
+  u->next = st->inflight;
+  if (st->inflight)
+    st->inflight->prev = u;
+  st->inflight = u;
+}
+
+static void inflight_del(uring_state *st, uring_op *u) {
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    st->inflight = u->next;
+  if (u->next)
+    u->next->prev = u->prev;
+}
+
+/* The waiter of u leaves its fd's list, or the bare count of waiters. */
+static void op_unlink(weft_loop *loop, uring_op *u) {
+  if (u->linked) {
+    if (u->w.fd >= 0) /* weft_close may have taken it off already */
+      weft__waiter_unlink(loop, &u->w);
+    u->linked = 0;
+  }
+}
+
+static void arm(weft_loop *loop, uring_state *st, int fd, weft__fd *e);
+
+/* A poll watch completed: pass the events on, and watch again if they are
+ * still wanted (the poll is one-shot, so an fd nobody waits on costs
+ * nothing). */
+static void watch_done(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
+  int fd = (int)((uint32_t)ud >> 1);
+  uint32_t slot = (uint32_t)(ud >> 32);
+  if ((size_t)fd >= loop->nfds)
+    return;
+  weft__fd *e = &loop->fds[fd];
+  if (!(e->flags & FD_WATCHED) || e->slot != slot)
+    return; /* a watch removed since (the fd may be another one now) */
+  e->flags &= (uint8_t)~FD_WATCHED;
+  e->slot = 0;
+  int events = 0;
+  if (res < 0)
+    events = WEFT_READ | WEFT_WRITE | WEFT__HUP;
+  else {
+    if (res & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
+      events |= WEFT_READ;
+    if (res & (POLLOUT | POLLHUP | POLLERR))
+      events |= WEFT_WRITE;
+    if (res & (POLLRDHUP | POLLHUP | POLLERR))
+      events |= WEFT__HUP;
+  }
+  weft__fd_event(loop, fd, events);
+  e = &loop->fds[fd];
+  if (e->wanted && !(e->flags & FD_WATCHED))
+    arm(loop, st, fd, e);
+}
+
+static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
+  if (ud == 0)
+    return;
+  if (ud & 1) {
+    if (!st->draining)
+      watch_done(loop, st, ud, res);
+    return;
+  }
+  uring_op *u = (uring_op *)(uintptr_t)ud;
+  if (!u->retracted)
+    u->res = res;
+  u->done = 1;
+  inflight_del(st, u);
+  if (st->draining)
+    return;
+  op_unlink(loop, u);
+  weft__wake(u->w.task, 0);
+}
+
+/* Takes every completion there is; returns how many. */
+static int reap(weft_loop *loop, uring_state *st) {
+  int n = 0;
+  struct io_uring_cqe *cqe;
+  while (io_uring_peek_cqe(&st->ring, &cqe) == 0) {
+    uint64_t ud = cqe->user_data;
+    int res = cqe->res;
+    io_uring_cqe_seen(&st->ring, cqe);
+    complete(loop, st, ud, res);
+    n++;
+  }
+  return n;
+}
+
+/* Submits the turn's SQEs and waits at most `timeout` ns (-1: no limit, 0:
+ * not at all) for a completion, in one io_uring_enter. */
+static int uring_poll(weft_loop *loop, int64_t timeout) {
+  uring_state *st = state(loop);
+  int rc;
+  st->batch++;
+  if (timeout == 0)
+    rc = io_uring_submit_and_get_events(&st->ring);
+  else if (timeout < 0)
+    rc = io_uring_submit_and_wait(&st->ring, 1);
+  else {
+    struct __kernel_timespec ts = {timeout / 1000000000, timeout % 1000000000};
+    struct io_uring_cqe *cqe;
+    rc = io_uring_submit_and_wait_timeout(&st->ring, &cqe, 1, &ts, NULL);
+  }
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY &&
+      rc != -EAGAIN)
+    return rc;
+  return reap(loop, st);
+}
+
+/* ---- watching fds (the readiness way) ----------------------------------- */
+#define SLOT_EVENTS(slot) ((slot) & 3u)
+
+static uint64_t watch_tag(int fd, uint32_t slot) {
+  return ((uint64_t)slot << 32) | ((uint64_t)(uint32_t)fd << 1) | 1u;
+}
+
+static void arm(weft_loop *loop, uring_state *st, int fd, weft__fd *e) {
+  st->gen = (st->gen + 1) & 0x3fffffffu;
+  if (st->gen == 0)
+    st->gen = 1;
+  uint32_t slot = st->gen << 2 | (e->wanted & 3u);
+  unsigned mask = (e->wanted & WEFT_READ ? POLLIN | POLLRDHUP : 0) |
+                  (e->wanted & WEFT_WRITE ? POLLOUT : 0);
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  e = &loop->fds[fd];
+  io_uring_prep_poll_add(sqe, fd, mask);
+  io_uring_sqe_set_data64(sqe, watch_tag(fd, slot));
+  e->slot = slot;
+  e->flags |= FD_WATCHED;
+}
+
+static void disarm(weft_loop *loop, uring_state *st, int fd, weft__fd *e) {
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  e = &loop->fds[fd];
+  io_uring_prep_poll_remove(sqe, watch_tag(fd, e->slot));
+  io_uring_sqe_set_data64(sqe, 0);
+  e->flags &= (uint8_t)~FD_WATCHED;
+  e->slot = 0;
+}
+
+static int uring_watch(weft_loop *loop, int fd, weft__fd *e) {
+  uring_state *st = state(loop);
+  if (!e->wanted)
+    return 0; /* first sight of the fd: nothing to watch for yet */
+  if (e->flags & FD_WATCHED) {
+    if (SLOT_EVENTS(e->slot) == e->wanted)
+      return 0;
+    disarm(loop, st, fd, e);
+  }
+  arm(loop, st, fd, &loop->fds[fd]);
+  return 0;
+}
+
+static void uring_unwatch(weft_loop *loop, int fd, weft__fd *e, int closing) {
+  uring_state *st = state(loop);
+  if (e->flags & FD_WATCHED) {
+    if (!closing && SLOT_EVENTS(e->slot) == e->wanted)
+      return;
+    disarm(loop, st, fd, e);
+  }
+  e = &loop->fds[fd];
+  if (!closing && e->wanted)
+    arm(loop, st, fd, e);
+}
+
+/* ---- requests ----------------------------------------------------------- */
+static void undo_op(weft_task *t, void *arg) { op_unlink(t->loop, arg); }
+
+/* Parks the running task until the request just prepared (sqe, on fd)
+ * completes, and returns its
+ * result. Cancelled, timed out or closed meanwhile, it asks the kernel to
+ * cancel the request, waits for its completion all the same, and returns
+ * the request's result if it succeeded after all, else why it stopped. */
+static int await_op(weft_loop *loop, uring_state *st, uring_op *u,
+                    struct io_uring_sqe *sqe, int what, int fd) {
+  io_uring_sqe_set_data(sqe, u);
+  u->w = (weft__waiter){.task = weft__running_task(), .fd = fd};
+  u->done = 0;
+  u->res = 0;
+  u->sqe = sqe;
+  u->batch = st->batch;
+  u->retracted = 0;
+  inflight_add(st, u);
+  weft__waiter_link(loop, &u->w);
+  u->linked = 1;
+  int rc = weft__park(what, fd, undo_op, u);
+  if (u->done && (rc == 0 || u->res >= 0))
+    return u->res;
+  /* Stopped early: u is off the fd's list (undo, or weft_close). */
+  if (!u->done) {
+    if (u->batch == st->batch) {
+      /* Not submitted yet (cancelled in the turn it was made): it becomes
+       * a no-op in place, and the kernel never sees the buffer. */
+      io_uring_prep_nop(u->sqe);
+      io_uring_sqe_set_data(u->sqe, u);
+      u->res = -ECANCELED;
+      u->retracted = 1;
+    } else {
+      sqe = get_sqe(loop, st);
+      io_uring_prep_cancel(sqe, u, 0);
+      io_uring_sqe_set_data64(sqe, 0);
+    }
+    loop->nwaiters++;
+    while (!u->done)
+      (void)weft__park_raw(what, fd);
+    loop->nwaiters--;
+  }
+  return u->res >= 0 ? u->res : rc;
+}
+
+/* The readiness way of waiting, for an O_NONBLOCK pipe that said EAGAIN:
+ * one poll request, then the caller tries again. */
+static int await_ready(weft_loop *loop, uring_state *st, int fd, int dir) {
+  uring_op u;
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_poll_add(sqe, fd, dir == WEFT_READ ? POLLIN : POLLOUT);
+  int rc = await_op(loop, st, &u, sqe,
+                    dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd);
+  return rc < 0 ? rc : 0;
+}
+
+static int is_input(int kind) {
+  return kind == OP_READ || kind == OP_RECV || kind == OP_RECVFROM ||
+         kind == OP_ACCEPT;
+}
+
+/* What the kernel wrote for a completed input request, told to memcheck. */
+static void note_written(const weft__op *op, const struct msghdr *msg,
+                         ssize_t n) {
+  if (!RUNNING_ON_VALGRIND || n < 0)
+    return;
+  if (op->kind == OP_ACCEPT) {
+    if (op->addrlen)
+      KERNEL_WROTE(op->addrlen, sizeof *op->addrlen);
+    if (op->addr && op->addrlen)
+      KERNEL_WROTE(op->addr, *op->addrlen);
+    return;
+  }
+  if (n > 0)
+    KERNEL_WROTE(op->buf, (size_t)n);
+  if (op->kind == OP_RECVFROM && op->addr)
+    KERNEL_WROTE(op->addr, msg->msg_namelen);
+}
+
+static ssize_t uring_io(weft_loop *loop, weft__op *op) {
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  weft__fd *e = weft__fd_entry(loop, op->fd, &rc);
+  if (!e)
+    return rc;
+  /* No completion form needed: connect's rules live in io.c, and with
+   * MSG_DONTWAIT the call itself never blocks. */
+  if (op->kind == OP_CONNECT || (op->flags & MSG_DONTWAIT))
+    return weft__io_readiness(loop, op);
+  uring_state *st = state(loop);
+  const int kind = op->kind, fd = op->fd;
+  const int dir = is_input(kind) ? WEFT_READ : WEFT_WRITE;
+  const int what = dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE;
+  for (;;) {
+    size_t len = op->len;
+    if (rc == 1 && (rc = weft__checkpoint()) < 0)
+      return rc; /* cancelled while it waited for readiness */
+    if (__builtin_expect(weft__fault_hook != NULL, 0)) {
+      int f = weft__fault_hook(kind, fd, len, weft__fault_arg);
+      if (f == EINTR)
+        continue;
+      if (f == EAGAIN) {
+        if ((rc = await_ready(loop, st, fd, dir)) < 0)
+          return rc;
+        rc = 1;
+        continue;
+      }
+      if (f > 0)
+        return -f;
+      if (f < 0 && (size_t)(-(long)f) < len)
+        len = (size_t)(-(long)f);
+    }
+    uint8_t flags = loop->fds[fd].flags;
+    struct io_uring_sqe *sqe = get_sqe(loop, st);
+    struct iovec iov = {op->buf, len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    switch (kind) {
+    case OP_READ: io_uring_prep_read(sqe, fd, op->buf, (unsigned)len, -1); break;
+    case OP_WRITE:
+      /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
+      if (flags & FD_SOCKET)
+        io_uring_prep_send(sqe, fd, op->buf, len, MSG_NOSIGNAL);
+      else
+        io_uring_prep_write(sqe, fd, op->buf, (unsigned)len, -1);
+      break;
+    case OP_RECV: io_uring_prep_recv(sqe, fd, op->buf, len, op->flags); break;
+    case OP_SEND:
+      io_uring_prep_send(sqe, fd, op->buf, len, op->flags | MSG_NOSIGNAL);
+      break;
+    case OP_RECVFROM:
+      msg.msg_name = op->addr;
+      msg.msg_namelen = op->addr && op->addrlen ? *op->addrlen : 0;
+      io_uring_prep_recvmsg(sqe, fd, &msg, (unsigned)op->flags);
+      break;
+    case OP_SENDTO:
+      msg.msg_name = op->addr;
+      msg.msg_namelen = op->addr ? op->addrlen_in : 0;
+      io_uring_prep_sendmsg(sqe, fd, &msg, (unsigned)op->flags | MSG_NOSIGNAL);
+      break;
+    case OP_ACCEPT:
+      io_uring_prep_accept(sqe, fd, op->addr, op->addrlen,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
+      break;
+    default: io_uring_prep_nop(sqe); break;
+    }
+    uring_op u;
+    ssize_t n = await_op(loop, st, &u, sqe, what, fd);
+    note_written(op, &msg, n);
+    if (n >= 0) {
+      if (kind == OP_RECVFROM && op->addr && op->addrlen)
+        *op->addrlen = msg.msg_namelen;
+      return n;
+    }
+    if (n == -EINTR)
+      continue;
+    if (n != -EAGAIN)
+      return n;
+    /* O_NONBLOCK honoured: a pipe waits for readiness; a regular file (no
+     * readiness to wait for) reads the plain way, as on epoll. */
+    if (loop->fds[fd].flags & FD_UNPOLLABLE)
+      return weft__io_readiness(loop, op);
+    if ((rc = await_ready(loop, st, fd, dir)) < 0)
+      return rc;
+    rc = 1;
+  }
+}
+
+/* weft_close: the close goes through the ring, after the requests already
+ * queued for the fd, so none of them can meet another file that took the
+ * fd's number meanwhile. A cancelled close still closes. */
+static int uring_close(weft_loop *loop, int fd) {
+  uring_state *st = state(loop);
+  uring_op u;
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_close(sqe, fd);
+  io_uring_sqe_set_data(sqe, &u);
+  u.w = (weft__waiter){.task = weft__running_task(), .fd = -1};
+  u.done = 0;
+  u.linked = 0;
+  u.retracted = 0;
+  inflight_add(st, &u);
+  loop->nwaiters++;
+  while (!u.done)
+    (void)weft__park_raw(WAIT_OTHER, fd);
+  loop->nwaiters--;
+  /* Linux frees the fd even when close fails with EINTR. */
+  return u.res == -EINTR ? 0 : u.res;
+}
+
+/* weft_file_read / write / fsync: straight to the ring, with the caller's
+ * buffer (the call does not return before the kernel is done with it). A
+ * request the kernel has started cannot be stopped; a cancelled call then
+ * waits for it and returns its result. */
+static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
+                          size_t len, off_t offset) {
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if (!weft__fd_get(loop, fd))
+    return -ENOMEM;
+  uring_state *st = state(loop);
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  switch (op) {
+  case FILE_READ:
+    io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)offset);
+    break;
+  case FILE_WRITE:
+    io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)offset);
+    break;
+  default: io_uring_prep_fsync(sqe, fd, 0); break;
+  }
+  uring_op u;
+  ssize_t n = await_op(loop, st, &u, sqe,
+                       op == FILE_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd);
+  if (op == FILE_READ && n > 0)
+    KERNEL_WROTE(buf, (size_t)n);
+  return n;
+}
+
+/* Before the stacks are freed: cancel what is still in flight, and wait
+ * until the kernel has let go of every buffer. */
+static void uring_quiesce(weft_loop *loop) {
+  uring_state *st = state(loop);
+  if (!st)
+    return;
+  st->draining = 1;
+  for (uring_op *u = st->inflight; u; u = u->next) {
+    struct io_uring_sqe *sqe = get_sqe(loop, st);
+    io_uring_prep_cancel(sqe, u, 0);
+    io_uring_sqe_set_data64(sqe, 0);
+  }
+  while (st->inflight) {
+    st->batch++;
+    int rc = io_uring_submit_and_wait(&st->ring, 1);
+    if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -EBUSY &&
+        rc != -EAGAIN) {
+      /* The ring is unusable (another thread frees the loop of a
+       * SINGLE_ISSUER ring): say so rather than free live buffers. */
+      fprintf(stderr, "weft: io_uring: cannot wait for %s (%s); "
+                      "abandoning the requests in flight\n",
+              "their completions", strerror(-rc));
+      break;
+    }
+    reap(loop, st);
+  }
+  reap(loop, st);
+  st->draining = 0;
+}
+
+const weft__backend weft__backend_uring = {
+    .name = "io_uring",
+    .init = uring_init,
+    .fini = uring_fini,
+    .poll = uring_poll,
+    .io = uring_io,
+    .watch = uring_watch,
+    .unwatch = uring_unwatch,
+    .per_wait = 1,
+    .close = uring_close,
+    .file = uring_file,
+    .quiesce = uring_quiesce,
+};
+
+#endif
