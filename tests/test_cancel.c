@@ -219,6 +219,7 @@ typedef struct fixture {
   int conns_queued;            /* accept: connections not accepted */
   size_t avail;                /* recv, read, wait_fd: bytes in rd */
   size_t queued;               /* send, write_all: bytes in flight to rd */
+  size_t early;                /* of those, taken by fx_make_ready's drain */
   int partial;                 /* readline: "par" is in, unreturned */
   const char *line;            /* readline: what the next one must return */
   weft_stream *stream;         /* readline: wraps rd */
@@ -318,6 +319,13 @@ static void fx_setup(fixture *f) {
  * (b), where it happens in the same turn as the cancellation: a future is
  * not completed then (that is the case of completion before cancellation,
  * tested on its own below). */
+/* io_uring: a request already in the kernel when the cancellation comes
+ * may complete all the same, and then the call returns what it did (its
+ * data is not lost; src/backend_uring.c). */
+static int on_uring(void) {
+  return strcmp(weft_loop_backend(weft_loop_current()), "io_uring") == 0;
+}
+
 static void fx_make_ready(fixture *f, int in_turn) {
   switch (f->kind) {
   case K_AWAIT:
@@ -336,10 +344,19 @@ static void fx_make_ready(fixture *f, int in_turn) {
     f->avail += 3;
     break;
   case K_SEND:
-  case K_WRITE_ALL:
-    CHECK_EQ(drain(f->rd, NULL), f->queued);
+  case K_WRITE_ALL: {
+    /* On io_uring a request in the kernel may finish its send during the
+     * drain's recv calls (without DEFER_TASKRUN, as under valgrind: the
+     * kernel retries it on the way out of any system call), and the drain
+     * takes those bytes too. */
+    size_t got = drain(f->rd, NULL);
+    CHECK_GE(got, f->queued);
+    f->early = got - f->queued;
+    if (!on_uring())
+      CHECK_EQ(f->early, 0);
     f->queued = 0;
     break;
+  }
   case K_ACCEPT:
     CHECK_LT(f->nclients, 8);
     f->clients[f->nclients++] = connect_raw(&f->addr);
@@ -511,7 +528,7 @@ static void fx_verify_and_close(fixture *f) {
     break;
   case K_SEND:
   case K_WRITE_ALL:
-    CHECK_EQ(drain(f->rd, NULL), f->queued);
+    CHECK_EQ(f->early + drain(f->rd, NULL), f->queued);
     CHECK_EQ(weft_close(f->rd), 0);
     CHECK_EQ(weft_close(f->wr), 0);
     break;
@@ -560,14 +577,7 @@ static void check_quiet(void) {
   CHECK_EQ(loop->nlive, 1);
 }
 
-/* io_uring: a request already in the kernel when the cancellation comes
- * may complete all the same, and then the call returns what it did (its
- * data is not lost; src/backend_uring.c). */
-static int on_uring(void) {
-  return strcmp(weft_loop_backend(weft_loop_current()), "io_uring") == 0;
-}
-
-/* What such a call did, noted as fx_complete notes it. */
+/* What such a call did (see on_uring), noted as fx_complete notes it. */
 static void fx_took(fixture *f, long rc) {
   switch (f->kind) {
   case K_RECV:

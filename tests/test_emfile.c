@@ -134,7 +134,12 @@ static void *server_main(void *arg) {
   int64_t cpu = check_cpu_ns() - c0;
   printf("held %d connections; 300 ms out of fds cost %.2f ms CPU\n", nheld,
          cpu / 1e6);
-  CHECK_LT(nheld, HOLD); /* it did run out */
+  /* It did run out. (Not seen under valgrind on io_uring: valgrind keeps
+   * fds of its own above the limit it shows the program, and enforces that
+   * limit on the calls it sees; an accept done by the ring is not one.) */
+  if (!RUNNING_ON_VALGRIND ||
+      strcmp(weft_loop_backend(weft_loop_current()), "io_uring") != 0)
+    CHECK_LT(nheld, HOLD);
   if (!RUNNING_ON_VALGRIND)
     CHECK_LT(cpu, WEFT_MS(30));
   /* fds come back; the listener is still there and serves again. */
