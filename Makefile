@@ -81,6 +81,7 @@ endef
 
 build:
 	@$(DEPS) core
+	@$(DEPS) --optional uring
 	$(call configure,build,)
 
 test: build

@@ -2,6 +2,9 @@
 # Checks that the Debian packages a make target needs are installed.
 #
 #   scripts/deps.sh SET...      SET is one of: core valgrind aarch64 bench fuzz
+#                               uring
+#   scripts/deps.sh --optional SET...   the same, but what is missing is only
+#                               named (exit 0): the build goes on without it
 #
 # When something is missing it prints the apt-get line that installs it and
 # exits 1; it never installs behind the user's back. The one exception is CI:
@@ -27,6 +30,8 @@ need[bench]="g++=g++ libboost-context-dev golang-go=go hyperfine=hyperfine"
 # make fuzz: clang, and its runtimes (libFuzzer, ASan, UBSan), which
 # Debian 12 ships apart from the compiler.
 need[fuzz]="clang=clang libclang-rt-14-dev"
+# The io_uring backend: optional, the build leaves it out without liburing.
+need[uring]="liburing-dev"
 
 usage() {
   local sets
@@ -55,6 +60,11 @@ missing_in() {
   done
 }
 
+optional=0
+if [[ ${1:-} == --optional ]]; then
+  optional=1
+  shift
+fi
 [[ $# -gt 0 ]] || usage
 items=()
 for set in "$@"; do
@@ -82,6 +92,11 @@ if [[ ${CI:-} == true && $(id -u) -eq 0 ]]; then
   exit 0
 fi
 
+if ((optional)); then
+  echo "deps.sh: optional, not installed: ${missing[*]} ('$*' is left out" \
+    "of the build). To have it, as root: apt-get install -y ${missing[*]}" >&2
+  exit 0
+fi
 echo "deps.sh: missing for '$*': ${missing[*]}. Install them with (as root):" >&2
 echo "apt-get install -y ${missing[*]}"
 exit 1

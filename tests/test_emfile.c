@@ -134,12 +134,7 @@ static void *server_main(void *arg) {
   int64_t cpu = check_cpu_ns() - c0;
   printf("held %d connections; 300 ms out of fds cost %.2f ms CPU\n", nheld,
          cpu / 1e6);
-  /* It did run out. (Not seen under valgrind on io_uring: valgrind keeps
-   * fds of its own above the limit it shows the program, and enforces that
-   * limit on the calls it sees; an accept done by the ring is not one.) */
-  if (!RUNNING_ON_VALGRIND ||
-      strcmp(weft_loop_backend(weft_loop_current()), "io_uring") != 0)
-    CHECK_LT(nheld, HOLD);
+  CHECK_LT(nheld, HOLD); /* it did run out */
   if (!RUNNING_ON_VALGRIND)
     CHECK_LT(cpu, WEFT_MS(30));
   /* fds come back; the listener is still there and serves again. */
@@ -161,6 +156,12 @@ static void *server_main(void *arg) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
+  /* valgrind keeps fds of its own above the limit it shows the program,
+   * and enforces that limit only on the calls it sees: an accept done by
+   * the ring is not one, so the fds never run out. */
+  const char *b = getenv("WEFT_BACKEND");
+  if (RUNNING_ON_VALGRIND && b && !strcmp(b, "io_uring"))
+    SKIP("under valgrind, io_uring's accepts are not held to RLIMIT_NOFILE");
   int fds = check_fd_count();
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, ctl), 0);
   int lfd = weft_tcp_listen("127.0.0.1", 0, 128);
