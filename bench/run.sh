@@ -3,10 +3,12 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor]
-#                                          (no argument: all seven)
+#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor|files]
+#                                          (no argument: all eight)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
 #                                          (its own environment: DURATION, ...)
+#   bench/run.sh echo-uring                the same, the io_uring comparison
+#                                          alone (URING=1 bench/echo/run.sh)
 #
 # Environment:
 #   BUILD         the CMake build directory (default: $WEFT_BUILD_DIR, as
@@ -28,6 +30,9 @@
 #                 venv python3 earlier on PATH does not see), else python3.
 #                 The chan benchmark's actor peer (bench/peer_actors.py, the
 #                 standard library only) runs on $PYTHON, else python3
+#   FILES_UNCACHED  1 (default): the files benchmark also runs uncached
+#                 (O_DIRECT, bench/files.c -u); 0: cached only
+#   FILES_READS   reads per run of the files benchmark (default 200000)
 #   CI            with CI=true, as root, missing peer packages are installed
 #
 # Why runs and rounds: on a small shared VM one run is not a figure. The
@@ -49,14 +54,17 @@ REPEAT=${REPEAT:-5}
 TASKS_N=${TASKS_N:-1000000}
 TASKS_REPEAT=${TASKS_REPEAT:-1}
 TIMERS_REPEAT=${TIMERS_REPEAT:-3}
+FILES_UNCACHED=${FILES_UNCACHED:-1}
+FILES_READS=${FILES_READS:-200000}
 
 note() { echo "bench: $*" >&2; }
 die() { note "$*"; exit 1; }
 
 what=${1:-all}
 case $what in
-  all | switch | spawn | tasks | timers | future | chan | executor | echo) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|echo]" ;;
+  all | switch | spawn | tasks | timers | future | chan | executor | files | \
+    echo | echo-uring) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|echo|echo-uring]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -66,6 +74,9 @@ bin=$BUILD/bench
 # it does not depend on the other benchmarks building), runs and table.
 if [ "$what" = echo ]; then
   BUILD=$BUILD exec "$here/echo/run.sh"
+fi
+if [ "$what" = echo-uring ]; then
+  BUILD=$BUILD URING=1 exec "$here/echo/run.sh"
 fi
 
 # ---- peer packages ----------------------------------------------------
@@ -274,6 +285,7 @@ report() {
         for (a = 1; a <= m; a++) runs = runs " " s[a]
         printf "bench: %s runs:%s\n", name, runs > "/dev/stderr"
         fmt = unit[name] == "ns" ? "%s %.1f %s\n" : \
+              unit[name] == "us" ? "%s %.3f %s\n" : \
               unit[name] == "faults" || unit[name] == "pct" ? \
               "%s %.2f %s\n" : "%s %.0f %s\n"
         printf fmt, name, med, unit[name]
@@ -465,10 +477,36 @@ bench_executor() {
   report
 }
 
+# 4 KiB random reads at queue depth 32 through weft_file_read
+# (bench/files.c), on the epoll backend (the calls go to the pool) and on
+# io_uring (the ring), interleaved, pinned like the rest; cached (the page
+# cache), then uncached (O_DIRECT) unless FILES_UNCACHED=0. Each run is a
+# fresh process timing FILES_READS reads once; the figure is the median
+# of the REPEAT runs. Its names carry the backend weft reports: if the
+# io_uring run says epoll, weft fell back (said below). The file, 256 MiB
+# in $TMPDIR or /var/tmp, is written by the first run and reused.
+bench_files() {
+  local i b u
+  local -a modes=("")
+  [ "$FILES_UNCACHED" = 0 ] || modes+=(-u)
+  for ((i = 0; i < REPEAT; i++)); do
+    for u in "${modes[@]}"; do
+      for b in epoll io_uring; do
+        run1 env WEFT_BACKEND=$b "$bin/bench_files" -n "$FILES_READS" \
+          ${u:+"$u"}
+      done
+    done
+  done
+  grep -q '^files_io_uring' "$out" ||
+    note "files: no io_uring figures: weft has no io_uring backend here" \
+      "(it fell back to epoll)"
+  report
+}
+
 case $what in
   all)
     bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future
-    bench_chan; bench_executor
+    bench_chan; bench_executor; bench_files
     ;;
   *) "bench_$what" ;;
 esac

@@ -32,7 +32,8 @@
  * odd value for a poll watch: (slot << 32) | (fd << 1) | 1, where the slot
  * (weft__fd.slot: a generation << 2, and the events asked for) tells a
  * completion of the fd's current watch from a stale one; else the address
- * of the uring_op.
+ * of the uring_op; that of a listener, with 2 added, for its multishot
+ * accept.
  */
 #include "backend.h"
 
@@ -60,6 +61,7 @@
 #endif
 
 #define SQ_ENTRIES 256
+#define TAG_ACCEPT 2u
 #define CQ_ENTRIES 4096
 
 /* One request of a task, on the task's stack from its SQE to its CQE. */
@@ -71,14 +73,40 @@ typedef struct uring_op {
   uint8_t retracted; /* made a no-op before submission: res stays */
   struct io_uring_sqe *sqe; /* its SQE, while it may not be submitted */
   unsigned batch;           /* uring_state.batch when it was prepared */
-  struct uring_op *prev, *next; /* in flight: the ring's list */
+  uint8_t queued;    /* an accept call on its listener's list */
+  struct uring_op *prev, *next; /* in flight: the ring's list (an accept
+                                 * call waiting on a listener: its list) */
+  struct listener *l; /* that listener */
 } uring_op;
+
+/* A listening socket accepted from with weft_accept(fd, NULL, NULL): one
+ * multishot accept request serves every call, and the connections it
+ * brings while no call waits are queued here. The queue is bounded: at
+ * LISTEN_QUEUE_MAX the request is cancelled (the kernel's own backlog
+ * holds the rest), and the next call that finds the queue empty asks
+ * again. */
+#define LISTEN_QUEUE_MAX 64
+
+typedef struct listener {
+  int fd;
+  uint8_t armed;    /* its multishot accept is in the kernel */
+  uint8_t detached; /* weft_close: freed when the request has ended */
+  int err;          /* a failure for the next call (0: none) */
+  int *q;           /* accepted fds, q[head..head+len) in a ring of cap */
+  unsigned head, len, cap;
+  uring_op *first, *last; /* the calls waiting, in the order they came */
+  struct listener *next_detached;
+} listener;
 
 typedef struct uring_state {
   struct io_uring ring;
   uring_op *inflight; /* requests whose completion has not come */
   uint32_t gen;       /* the last watch generation handed out */
   unsigned batch;     /* bumped by each submission to the kernel */
+  listener **ls;      /* indexed by fd: multishot accept state, or NULL */
+  size_t nls;
+  listener *detached; /* closed, their request not yet ended */
+  unsigned narmed;    /* multishot accepts in the kernel */
   int draining;       /* quiesce: completions wake nobody */
 } uring_state;
 
@@ -172,11 +200,22 @@ static int uring_init(weft_loop *loop) {
   return 0;
 }
 
+static void listener_free(struct listener *l);
+
 static void uring_fini(weft_loop *loop) {
   uring_state *st = state(loop);
   if (!st)
     return;
   io_uring_queue_exit(&st->ring);
+  for (size_t fd = 0; fd < st->nls; fd++)
+    if (st->ls[fd])
+      listener_free(st->ls[fd]);
+  weft__free(st->ls);
+  while (st->detached) {
+    listener *l = st->detached;
+    st->detached = l->next_detached;
+    listener_free(l);
+  }
   weft__free(st);
   loop->backend_data = NULL;
 }
@@ -257,9 +296,18 @@ static void watch_done(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
     arm(loop, st, fd, e);
 }
 
-static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
+static void accept_done(weft_loop *loop, uring_state *st, listener *l,
+                        int res, unsigned flags);
+
+static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res,
+                     unsigned flags) {
   if (ud == 0)
     return;
+  if ((ud & 3) == TAG_ACCEPT) {
+    accept_done(loop, st, (listener *)(uintptr_t)(ud & ~(uint64_t)3), res,
+                flags);
+    return;
+  }
   if (ud & 1) {
     if (!st->draining)
       watch_done(loop, st, ud, res);
@@ -283,8 +331,9 @@ static int reap(weft_loop *loop, uring_state *st) {
   while (io_uring_peek_cqe(&st->ring, &cqe) == 0) {
     uint64_t ud = cqe->user_data;
     int res = cqe->res;
+    unsigned flags = cqe->flags;
     io_uring_cqe_seen(&st->ring, cqe);
-    complete(loop, st, ud, res);
+    complete(loop, st, ud, res, flags);
     n++;
   }
   return n;
@@ -465,6 +514,195 @@ static void note_written(const weft__op *op, const struct msghdr *msg,
     KERNEL_WROTE(op->addr, msg->msg_namelen);
 }
 
+/* ---- multishot accept ----------------------------------------------------- */
+static listener *listener_of(uring_state *st, int fd) {
+  if ((size_t)fd >= st->nls) {
+    size_t n = st->nls ? st->nls : 64;
+    while (n <= (size_t)fd)
+      n *= 2;
+    listener **v = weft__realloc(st->ls, n * sizeof *v);
+    if (!v)
+      return NULL;
+    memset(v + st->nls, 0, (n - st->nls) * sizeof *v);
+    st->ls = v;
+    st->nls = n;
+  }
+  if (!st->ls[fd]) {
+    listener *l = weft__calloc(1, sizeof *l);
+    if (!l)
+      return NULL;
+    l->fd = fd;
+    st->ls[fd] = l;
+  }
+  return st->ls[fd];
+}
+
+static int queue_push(listener *l, int c) {
+  if (l->len == l->cap) {
+    unsigned cap = l->cap ? 2 * l->cap : 16;
+    int *q = weft__malloc(cap * sizeof *q);
+    if (!q)
+      return -ENOMEM;
+    for (unsigned i = 0; i < l->len; i++)
+      q[i] = l->q[(l->head + i) % l->cap];
+    weft__free(l->q);
+    l->q = q;
+    l->head = 0;
+    l->cap = cap;
+  }
+  l->q[(l->head + l->len++) % l->cap] = c;
+  return 0;
+}
+
+static int queue_pop(listener *l) {
+  int c = l->q[l->head];
+  l->head = (l->head + 1) % l->cap;
+  l->len--;
+  return c;
+}
+
+static void listener_free(listener *l) {
+  while (l->len)
+    close(queue_pop(l));
+  weft__free(l->q);
+  weft__free(l);
+}
+
+static void accept_arm(weft_loop *loop, uring_state *st, listener *l) {
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_multishot_accept(sqe, l->fd, NULL, NULL,
+                                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+  io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | TAG_ACCEPT);
+  l->armed = 1;
+  st->narmed++;
+}
+
+static void accept_cancel(weft_loop *loop, uring_state *st, listener *l) {
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)l | TAG_ACCEPT, 0);
+  io_uring_sqe_set_data64(sqe, 0);
+}
+
+/* Takes a waiting call off its listener's list. */
+static void acceptor_del(listener *l, uring_op *u) {
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    l->first = u->next;
+  if (u->next)
+    u->next->prev = u->prev;
+  else
+    l->last = u->prev;
+  u->queued = 0;
+}
+
+/* The multishot accept brought a connection (res >= 0) or ended. */
+static void accept_done(weft_loop *loop, uring_state *st, listener *l,
+                        int res, unsigned flags) {
+  if (!(flags & IORING_CQE_F_MORE)) {
+    l->armed = 0;
+    st->narmed--;
+  }
+  if (l->detached) { /* weft_close'd: nobody will take it */
+    if (res >= 0)
+      close(res);
+    if (!l->armed) {
+      for (listener **p = &st->detached; *p; p = &(*p)->next_detached)
+        if (*p == l) {
+          *p = l->next_detached;
+          break;
+        }
+      listener_free(l);
+    }
+    return;
+  }
+  if (res >= 0 || res != -ECANCELED) {
+    uring_op *u = l->first;
+    if (u && !st->draining) { /* straight to the call that waits */
+      acceptor_del(l, u);
+      u->res = res;
+      u->done = 1;
+      op_unlink(loop, u);
+      weft__wake(u->w.task, 0);
+    } else if (res >= 0) {
+      if (queue_push(l, res) < 0)
+        close(res); /* out of memory: the client sees the end */
+      if (l->len >= LISTEN_QUEUE_MAX && l->armed)
+        accept_cancel(loop, st, l);
+    } else
+      l->err = -res; /* for the next call (EMFILE...) */
+  }
+  if (!l->armed && l->first && !l->err && !st->draining)
+    accept_arm(loop, st, l);
+}
+
+static void undo_accept(weft_task *t, void *arg) {
+  uring_op *u = arg;
+  op_unlink(t->loop, u);
+  if (u->queued)
+    acceptor_del(u->l, u);
+}
+
+/* weft_accept(fd, NULL, NULL): from the listener's queue, or wait for the
+ * multishot request to bring one. A cancelled call has no request of its
+ * own to wait for. NULL if the listener's record cannot be had (then a
+ * single accept request does it). */
+static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
+                                int *ok) {
+  listener *l = listener_of(st, fd);
+  if (!l) {
+    *ok = 0;
+    return 0;
+  }
+  *ok = 1;
+  if (l->len)
+    return queue_pop(l);
+  if (l->err) {
+    int err = l->err;
+    l->err = 0;
+    return -err;
+  }
+  if (!l->armed)
+    accept_arm(loop, st, l);
+  uring_op u = {.w = {.task = weft__running_task(), .fd = fd}, .l = l};
+  weft__waiter_link(loop, &u.w);
+  u.linked = 1;
+  u.queued = 1;
+  u.prev = l->last;
+  if (l->last)
+    l->last->next = &u;
+  else
+    l->first = &u;
+  l->last = &u;
+  int rc = weft__park(WAIT_FD_READ, fd, undo_accept, &u);
+  if (u.done)
+    return u.res; /* the fd, also if cancelled since: it is the caller's */
+  if (u.queued) /* weft_close woke it (-EBADF) */
+    acceptor_del(l, &u);
+  return rc;
+}
+
+/* weft_close of a listener: its queued connections are closed, and its
+ * request is cancelled; the record goes when the request has ended. */
+static void listener_close(weft_loop *loop, uring_state *st, int fd) {
+  if ((size_t)fd >= st->nls || !st->ls[fd])
+    return;
+  listener *l = st->ls[fd];
+  st->ls[fd] = NULL;
+  while (l->first) /* woken with -EBADF already (weft__fd_forget) */
+    acceptor_del(l, l->first);
+  if (!l->armed) {
+    listener_free(l);
+    return;
+  }
+  l->detached = 1;
+  l->next_detached = st->detached;
+  st->detached = l;
+  while (l->len)
+    close(queue_pop(l));
+  accept_cancel(loop, st, l);
+}
+
 static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   int rc = weft__checkpoint();
   if (rc < 0)
@@ -478,6 +716,12 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     return weft__io_readiness(loop, op);
   uring_state *st = state(loop);
   const int kind = op->kind, fd = op->fd;
+  if (kind == OP_ACCEPT && !op->addr && !weft__fault_hook) {
+    int ok;
+    ssize_t c = accept_multishot(loop, st, fd, &ok);
+    if (ok)
+      return c;
+  }
   const int dir = is_input(kind) ? WEFT_READ : WEFT_WRITE;
   const int what = dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE;
   for (;;) {
@@ -559,6 +803,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
  * fd's number meanwhile. A cancelled close still closes. */
 static int uring_close(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
+  listener_close(loop, st, fd);
   uring_op u;
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_close(sqe, fd);
@@ -618,7 +863,11 @@ static void uring_quiesce(weft_loop *loop) {
     io_uring_prep_cancel(sqe, u, 0);
     io_uring_sqe_set_data64(sqe, 0);
   }
-  while (st->inflight) {
+  /* And the multishot accepts, whose connections would leak as fds. */
+  for (size_t fd = 0; fd < st->nls; fd++)
+    if (st->ls[fd] && st->ls[fd]->armed)
+      accept_cancel(loop, st, st->ls[fd]);
+  while (st->inflight || st->narmed) {
     st->batch++;
     int rc = io_uring_submit_and_wait(&st->ring, 1);
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -EBUSY &&

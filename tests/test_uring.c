@@ -17,7 +17,10 @@
  *  - a loop stopped and freed with requests in flight: weft_loop_free
  *    cancels them and waits, so none consumes data afterwards;
  *  - a cancelled file read whose request never left the turn does not
- *    touch the buffer.
+ *    touch the buffer;
+ *  - multishot accept: 200 connections, each accepted once and in order
+ *    while the listener's queue fills and is cancelled and asked again;
+ *    a listener closed with connections queued closes them, leaks none.
  *
  * Skipped (77) where the build or the kernel has no io_uring.
  */
@@ -376,6 +379,63 @@ static void test_file(void) {
   printf("  file read cancelled at once: ok\n");
 }
 
+/* ---- multishot accept ----------------------------------------------------- */
+#define NCONN 200
+
+static void *accept_main(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 256);
+  CHECK_GE(lfd, 0);
+  int port = weft_sock_port(lfd);
+  /* More clients than the listener's queue holds, each saying its number:
+   * every one is accepted once, in the order they connected. */
+  static int clients[NCONN];
+  for (int i = 0; i < NCONN; i++) {
+    clients[i] = weft_tcp_connect("127.0.0.1", port);
+    CHECK_GE(clients[i], 0);
+    CHECK_EQ(weft_send(clients[i], &i, sizeof i, 0), (long)sizeof i);
+    if (i % 50 == 49)
+      CHECK_EQ(weft_sleep(WEFT_MS(2)), 0); /* the queue fills meanwhile */
+  }
+  for (int i = 0; i < NCONN; i++) {
+    int c = weft_accept(lfd, NULL, NULL);
+    CHECK_GE(c, 0);
+    int n = -1;
+    CHECK_EQ(weft_recv(c, &n, sizeof n, MSG_WAITALL), (long)sizeof n);
+    CHECK_EQ(n, i);
+    CHECK_EQ(weft_close(c), 0);
+  }
+  /* Closed with connections queued (and its request in the kernel): they
+   * are closed, their clients see the end, no fd is left. */
+  int late[8];
+  for (int i = 0; i < 8; i++) {
+    late[i] = weft_tcp_connect("127.0.0.1", port);
+    CHECK_GE(late[i], 0);
+  }
+  int c = weft_accept(lfd, NULL, NULL); /* arms it again; takes one */
+  CHECK_GE(c, 0);
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0); /* the rest arrive in the queue */
+  CHECK_EQ(weft_close(lfd), 0);
+  CHECK_EQ(weft_close(c), 0);
+  char b;
+  for (int i = 0; i < 8; i++) {
+    ssize_t r = weft_recv(late[i], &b, 1, 0);
+    CHECK(r == 0 || r == -ECONNRESET);
+    CHECK_EQ(weft_close(late[i]), 0);
+  }
+  for (int i = 0; i < NCONN; i++)
+    CHECK_EQ(weft_close(clients[i]), 0);
+  return NULL;
+}
+
+static void test_accept(void) {
+  int fds = check_fd_count(); /* after the loop: weft_accept's spare fd */
+  run_on_uring(accept_main, NULL);
+  CHECK_EQ(check_fd_count(), fds);
+  printf("  multishot accept, %d connections, then closed with some "
+         "queued: ok\n", NCONN);
+}
+
 int main(void) {
   weft_loop *probe = weft_loop_new(&uring);
   CHECK(probe);
@@ -388,6 +448,7 @@ int main(void) {
   test_close();
   test_free_in_flight();
   test_file();
+  test_accept();
   printf("test_uring: ok\n");
   return 0;
 }

@@ -335,11 +335,27 @@ static void on_readable(conn *c) {
   flush(c);
 }
 
+/* Enough descriptors for n connections (and a few more): the soft limit is
+ * raised, up to the hard one, if it is lower. */
+static void raise_nofile(long n) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return;
+  rlim_t want = (rlim_t)n + 32;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want
+                      ? want
+                      : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl); /* at worst socket() says EMFILE below */
+  }
+}
+
 static void open_conn(conn *c, const struct addrinfo *ai, uint32_t id) {
   c->id = id;
   c->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0)
-    die("socket: %s", strerror(errno));
+    die("socket: %s%s", strerror(errno),
+        errno == EMFILE ? " (raise ulimit -n)" : "");
   if (connect(c->fd, ai->ai_addr, ai->ai_addrlen) < 0)
     die("connection %u: connect: %s", id, strerror(errno));
   /* Messages go out the moment they are queued: Nagle's algorithm would
@@ -439,6 +455,7 @@ int main(int argc, char **argv) {
   if (!conns)
     die("out of memory");
   read_ticks(pid); /* fail now, not after the warm-up, if there is none */
+  raise_nofile(nconns);
   for (long i = 0; i < nconns; i++)
     open_conn(&conns[i], ai, (uint32_t)i);
   freeaddrinfo(ai);

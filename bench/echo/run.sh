@@ -5,10 +5,14 @@
 # value unit" line per figure (the median over the rounds of each of the
 # load generator's figures, then ratios to epoll); each round's figures,
 # notes, build output and, at the end, markdown tables go to stderr. With
-# the defaults it takes 2.5 minutes, up to twice that if many runs have to
+# the defaults it takes 3 minutes, up to twice that if many runs have to
 # be done again (STEAL_MAX).
 #
 #   bench/echo/run.sh            (or bench/run.sh echo)
+#   URING=1 bench/echo/run.sh    (or bench/run.sh echo-uring) the io_uring
+#                                comparison alone: SERVERS="weft weft_uring
+#                                uring epoll" CONFIGS="50:64:1 50:64:16
+#                                1000:64:1" unless those are set
 #
 # For each configuration (N connections, S-byte messages, P in flight on
 # each) and each server present: the server starts pinned to CPU 0, the
@@ -30,7 +34,17 @@
 #   _sc_*        with SYSCALLS=1: the server's system calls per message
 # and, for every server but epoll and each configuration,
 #   echo_ratio_SERVER_vs_epoll_nN_sS_pP_cpu_total   x (and _cpu_user)
-# its median CPU per message over the epoll server's.
+# its median CPU per message over the epoll server's; and when both weft
+# servers ran,
+#   echo_ratio_weft_uring_vs_weft_nN_sS_pP_cpu_total   x (and _cpu_user)
+# weft on its io_uring backend over weft on its epoll backend.
+#
+# The servers: weft (bench/echo/weft_server.c, on weft's default backend,
+# epoll), weft_uring (the same program with WEFT_BACKEND=io_uring; a run in
+# which it has no io_uring instance, weft having fallen back to epoll, is
+# reported and left out), epoll (epoll_server.c, the limit for epoll),
+# uring (uring_server.c, liburing: the limit for io_uring), and the peers
+# uv, ev, go, asyncio, uvloop.
 #
 # Environment:
 #   BUILD      the CMake build directory (default: $WEFT_BUILD_DIR, as the
@@ -38,22 +52,32 @@
 #   DURATION   seconds measured per run (default 5)
 #   WARMUP     seconds run before measuring (default 1)
 #   REPEAT     rounds (default 1; each costs about DURATION + WARMUP + 0.5 s
-#              per configuration and server: 21 runs with the defaults)
+#              per configuration and server: 27 runs with the defaults)
 #   STEAL_MAX  a run during which the hypervisor stole more than this % of
 #              the CPUs (the load generator's _steal) is run once more, and
 #              the run with less steal is kept (default 10; 100: never)
-#   SERVERS    the servers to run (default: weft epoll uv ev go asyncio
-#              uvloop); those whose package is missing are skipped
+#   SERVERS    the servers to run (default: weft weft_uring epoll uring uv
+#              ev go asyncio uvloop); those whose package is missing are
+#              skipped
 #   CONFIGS    N:S:P triples (default "50:64:1 50:4096:1 50:64:16")
+#   URING      1: the io_uring comparison's defaults for the two above
+#              (see the top)
 #   PYTHON     the interpreter of the Python peers (default /usr/bin/python3,
 #              where Debian's python3-uvloop goes, else python3)
 #   ECHO_PORT  the first port tried on 127.0.0.1 (default 17480)
 #   SYSCALLS   1: also count the server's system calls with `perf stat`
 #              (tracepoints raw_syscalls and syscalls:sys_enter_*) over the
-#              measured interval, as _sc_* figures and a table. The tracing
-#              costs the server some CPU, so the CPU figures of such a run
-#              are a little high. Default 0.
+#              measured interval, as _sc_* figures and a table (_sc_uring:
+#              io_uring_enter, which submits and waits for the io_uring
+#              servers; their recvs and sends are not system calls). perf
+#              is Debian's linux-perf package (installed with CI=true as
+#              root). The tracing costs the server some CPU, so the CPU
+#              figures of such a run are a little high. Default 0.
 #   CI         with CI=true, as root, missing peer packages are installed
+#
+# Descriptors: the soft RLIMIT_NOFILE is raised to the hard limit for the
+# servers and the load generator (1000 connections need over 1000 on each
+# side; the load generator raises its own too).
 #
 # Two CPUs is what this needs: one for the server, one for the client. The
 # CPU figures are the server's alone (from /proc/PID/stat), so they hold
@@ -76,7 +100,12 @@ WARMUP=${WARMUP:-1}
 REPEAT=${REPEAT:-1}
 STEAL_MAX=${STEAL_MAX:-10}
 SYSCALLS=${SYSCALLS:-0}
-SERVERS=${SERVERS:-weft epoll uv ev go asyncio uvloop}
+URING=${URING:-0}
+if [ "$URING" = 1 ]; then
+  SERVERS=${SERVERS:-weft weft_uring uring epoll}
+  CONFIGS=${CONFIGS:-50:64:1 50:64:16 1000:64:1}
+fi
+SERVERS=${SERVERS:-weft weft_uring epoll uring uv ev go asyncio uvloop}
 CONFIGS=${CONFIGS:-50:64:1 50:4096:1 50:64:16}
 ECHO_PORT=${ECHO_PORT:-17480}
 if [ -z "${PYTHON:-}" ]; then
@@ -100,6 +129,19 @@ for c in $CONFIGS; do
     [1-9]*:[1-9]*:[1-9]*) ;;
     *) die "bad configuration '$c' in CONFIGS (N:S:P, e.g. 50:64:1)" ;;
   esac
+done
+# Enough descriptors for the connections, on both sides (children inherit
+# the limit): the soft limit goes up to the hard one.
+hardn=$(ulimit -Hn)
+[ "$hardn" != unlimited ] || hardn=1048576
+[ "$(ulimit -Sn)" = unlimited ] || [ "$(ulimit -Sn)" -ge "$hardn" ] ||
+  ulimit -Sn "$hardn" 2>/dev/null || note "could not raise ulimit -n to $hardn"
+for c in $CONFIGS; do
+  n=${c%%:*}
+  if [ "$(ulimit -Sn)" != unlimited ] && [ $((n + 64)) -gt "$(ulimit -Sn)" ]; then
+    note "warning: $n connections need more descriptors than ulimit -n" \
+      "($(ulimit -Sn)) allows"
+  fi
 done
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -134,19 +176,21 @@ want_peer() { # peer package -> 0 if the package is there (now)
 declare -A have=()
 for s in $SERVERS; do
   case $s in
-    weft | epoll) have[$s]=1 ;;
+    weft | weft_uring | epoll) have[$s]=1 ;;
+    uring) want_peer uring liburing-dev && have[uring]=1 ;;
     uv) want_peer uv libuv1-dev && have[uv]=1 ;;
     ev) want_peer ev libev-dev && have[ev]=1 ;;
     go) want_peer go golang-go && have[go]=1 ;;
     asyncio) want_peer asyncio python3 && have[asyncio]=1 ;;
     uvloop) want_peer uvloop python3-uvloop && have[uvloop]=1 ;;
-    *) die "unknown server '$s' (weft epoll uv ev go asyncio uvloop)" ;;
+    *) die "unknown server '$s' (weft weft_uring epoll uring uv ev go" \
+      "asyncio uvloop)" ;;
   esac
 done
 
 # ---- build ------------------------------------------------------------
-# Configure if needed (again after an install, so that CMake finds libuv
-# and libev). If weft itself does not build, the rest still runs.
+# Configure if needed (again after an install, so that CMake finds libuv,
+# libev and liburing). If weft itself does not build, the rest still runs.
 if [ ! -f "$BUILD/CMakeCache.txt" ] || [ $installed = 1 ]; then
   cmake -S "$src" -B "$BUILD" >&2 || die "cmake could not configure $BUILD"
 fi
@@ -156,7 +200,7 @@ declare -A stale=()
 if ! cmake --build "$BUILD" --target bench_echo -j2 >&2; then
   note "bench_echo did not build whole; building its programs one by one"
   for t in echo_loadgen echo_server_epoll echo_server_uv echo_server_ev \
-    echo_server_weft; do
+    echo_server_uring echo_server_weft; do
     if ! cmake --build "$BUILD" --target "$t" -j2 >/dev/null 2>&1; then
       note "$t did not build"
       stale[$t]=1
@@ -176,9 +220,11 @@ case $btype in
 esac
 [ -z "$sanitize" ] || note "warning: $BUILD is built with $sanitize sanitizer"
 
-for s in weft epoll uv ev; do
-  if [ -n "${have[$s]:-}" ] && { [ ! -x "$bin/echo_server_$s" ] ||
-    [ -n "${stale[echo_server_$s]:-}" ]; }; then
+for s in weft weft_uring epoll uring uv ev; do
+  b=${s%_uring} # weft_uring is echo_server_weft
+  [ "$s" != uring ] || b=uring
+  if [ -n "${have[$s]:-}" ] && { [ ! -x "$bin/echo_server_$b" ] ||
+    [ -n "${stale[echo_server_$b]:-}" ]; }; then
     note "the $s server is skipped: it was not built (see above)"
     unset "have[$s]"
   fi
@@ -208,6 +254,9 @@ fi
 # The tracepoints SYSCALLS=1 counts, those this kernel has: the _sc_ name
 # each adds to, then the event.
 sc_events=()
+if [ "$SYSCALLS" = 1 ] && ! command -v perf >/dev/null 2>&1; then
+  want_peer perf linux-perf || true
+fi
 if [ "$SYSCALLS" = 1 ]; then
   if ! command -v perf >/dev/null 2>&1 ||
     ! perf stat -e raw_syscalls:sys_enter -o /dev/null true 2>/dev/null; then
@@ -223,7 +272,8 @@ if [ "$SYSCALLS" = 1 ]; then
       recv:syscalls:sys_enter_readv recv:syscalls:sys_enter_recvmsg \
       send:syscalls:sys_enter_sendto send:syscalls:sys_enter_write \
       send:syscalls:sys_enter_writev send:syscalls:sys_enter_sendmsg \
-      ctl:syscalls:sys_enter_epoll_ctl; do
+      ctl:syscalls:sys_enter_epoll_ctl \
+      uring:syscalls:sys_enter_io_uring_enter; do
       ev=${pair#*:}
       [ "$ev" = raw_syscalls:sys_enter ] || grep -q "$ev " <<<"$known" ||
         continue
@@ -263,10 +313,22 @@ trap 'exit 143' TERM
 # connection opened and closed at once: an echo server just sees EOF.
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# True when process $1 has an io_uring instance open: how a weft server
+# asked for WEFT_BACKEND=io_uring shows that it did not fall back to epoll
+# (the server itself prints nothing about its backend).
+has_uring() {
+  local f
+  for f in /proc/"$1"/fd/*; do
+    [ "$(readlink "$f" 2>/dev/null)" != "anon_inode:[io_uring]" ] || return 0
+  done
+  return 1
+}
+
 server_cmd() { # server -> the command, in the array cmd
   case $1 in
     asyncio | uvloop) cmd=("$PYTHON" "$here/${1}_server.py") ;;
     go) cmd=(env GOMAXPROCS=1 "$bin/echo_server_go") ;;
+    weft_uring) cmd=(env WEFT_BACKEND=io_uring "$bin/echo_server_weft") ;;
     *) cmd=("$bin/echo_server_$1") ;;
   esac
 }
@@ -296,12 +358,13 @@ perf_report() { # prefix
     $3 in key && $1 ~ /^[0-9]+$/ { c[key[$3]] += $1; seen = 1 }
     END {
       if (!seen || msgs <= 0) exit
-      known = c["wait"] + c["recv"] + c["send"] + c["ctl"]
+      known = c["wait"] + c["recv"] + c["send"] + c["ctl"] + c["uring"]
       printf "%s_sc_all %.3f /msg\n", prefix, c["all"] / msgs
       printf "%s_sc_wait %.3f /msg\n", prefix, c["wait"] / msgs
       printf "%s_sc_recv %.3f /msg\n", prefix, c["recv"] / msgs
       printf "%s_sc_send %.3f /msg\n", prefix, c["send"] / msgs
       printf "%s_sc_ctl %.3f /msg\n", prefix, c["ctl"] / msgs
+      printf "%s_sc_uring %.3f /msg\n", prefix, c["uring"] / msgs
       printf "%s_sc_other %.3f /msg\n", prefix, (c["all"] - known) / msgs
     }' "$one" "$perfout")
   [ -z "$sc" ] || echo "$sc" >>"$one"
@@ -327,6 +390,10 @@ run_once() { # server conns size depth
   if ! listening "$port"; then
     note "$prefix: the $name server did not listen on port $port"
     rc=1
+  elif [ "$name" = weft_uring ] && ! has_uring "$server_pid"; then
+    note "$prefix: weft has no io_uring instance with WEFT_BACKEND=io_uring"
+    note "  (it fell back to epoll, or the backend does not exist yet): skipped"
+    rc=2
   else
     [ "$SYSCALLS" != 1 ] || perf_start
     if ${pin1[@]+"${pin1[@]}"} "$bin/echo_loadgen" -c "$n" -s "$size" \
@@ -355,9 +422,11 @@ steal_of() { awk '$1 ~ /_steal$/ { print $2 + 0 }' "$1"; }
 # A run, and once more if the hypervisor stole more than STEAL_MAX % of
 # the CPUs during it; the run with less steal is kept, in $all.
 run1() { # server conns size depth
-  local s1 s2
-  if ! run_once "$@"; then
-    status=1
+  local s1 s2 rc
+  run_once "$@"
+  rc=$?
+  if [ $rc != 0 ]; then
+    [ $rc = 2 ] || status=1 # 2: weft_uring on epoll, said above
     return
   fi
   s1=$(steal_of "$one")
@@ -432,6 +501,14 @@ awk -v servers="${order[*]}" -v configs="$CONFIGS" '
                    mv[a] / mv[b]
         }
       }
+      # weft on io_uring over weft on epoll: the backend alone.
+      for (q = 1; q <= 2; q++) {
+        fig = q == 1 ? "_cpu_total" : "_cpu_user"
+        a = "echo_weft_uring" c fig; b = "echo_weft" c fig
+        if ((a in mv) && (b in mv) && mv[b] >= 0.005)
+          printf "echo_ratio_weft_uring_vs_weft%s%s %.2f x\n", c, fig,
+                 mv[a] / mv[b]
+      }
     }
   }' "$all" >"$med"
 cat "$med"
@@ -468,6 +545,10 @@ cat "$med"
       split(cfg[j], f, ":")
       return "echo_ratio_" srv[i] "_vs_epoll_n" f[1] "_s" f[2] "_p" f[3]
     }
+    function ukey(j,    f) {
+      split(cfg[j], f, ":")
+      return "echo_ratio_weft_uring_vs_weft_n" f[1] "_s" f[2] "_p" f[3]
+    }
     END {
       ns = split(servers, srv, " "); nc = split(configs, cfg, " ")
       hdr("msgs/s | cpu µs | user µs |", "--:|--:|--:|")
@@ -491,8 +572,11 @@ cat "$med"
         printf "\nUser-mode CPU is sampled per clock tick: the fewest user" \
                " ticks behind a figure above is %d (about %.0f%% noise).\n",
                fewest, (fewest > 0 ? 100 / sqrt(fewest) : 100)
-      has_ratio = 0
-      for (name in v) if (name ~ /^echo_ratio_/) has_ratio = 1
+      has_ratio = 0; has_uratio = 0
+      for (name in v) {
+        if (name ~ /^echo_ratio_.*_vs_epoll_/) has_ratio = 1
+        if (name ~ /^echo_ratio_weft_uring_vs_weft_/) has_uratio = 1
+      }
       if (has_ratio) {
         print ""
         print "Server CPU per message over the epoll server'"'"'s:"
@@ -512,26 +596,45 @@ cat "$med"
           print row
         }
       }
+      if (has_uratio) {
+        print ""
+        print "weft on its io_uring backend over weft on epoll, server CPU" \
+              " per message:"
+        print ""
+        hdr("cpu | user |", "--:|--:|")
+        row = "| weft_uring |"
+        for (j = 1; j <= nc; j++) {
+          p = ukey(j)
+          if ((p "_cpu_total") in v)
+            row = row sprintf(" %.2fx | %.2fx |", v[p "_cpu_total"],
+                              v[p "_cpu_user"])
+          else
+            row = row " - | - |"
+        }
+        print row
+      }
       if (sc == 1) {
         print ""
         print "System calls of the server per message (perf stat):" \
               " all = wait (epoll_wait/pwait/pwait2) + recv (recvfrom, read," \
               " readv, recvmsg) + send (sendto, write, writev, sendmsg) +" \
-              " ctl (epoll_ctl) + other."
+              " ctl (epoll_ctl) + uring (io_uring_enter) + other."
         print ""
-        hdr("all | wait | recv | send | ctl | other |",
-            "--:|--:|--:|--:|--:|--:|")
+        hdr("all | wait | recv | send | ctl | uring | other |",
+            "--:|--:|--:|--:|--:|--:|--:|")
         for (i = 1; i <= ns; i++) {
           row = "| " srv[i] " |"
           for (j = 1; j <= nc; j++) {
             p = key(i, j)
             if ((p "_sc_all") in v)
-              row = row sprintf(" %.2f | %.3f | %.2f | %.2f | %.3f | %.3f |",
+              row = row sprintf(" %.2f | %.3f | %.2f | %.2f | %.3f | %.3f |" \
+                                " %.3f |",
                                 v[p "_sc_all"], v[p "_sc_wait"],
                                 v[p "_sc_recv"], v[p "_sc_send"],
-                                v[p "_sc_ctl"], v[p "_sc_other"])
+                                v[p "_sc_ctl"], v[p "_sc_uring"],
+                                v[p "_sc_other"])
             else
-              row = row " - | - | - | - | - | - |"
+              row = row " - | - | - | - | - | - | - |"
           }
           print row
         }
