@@ -159,7 +159,7 @@ void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
   if (w->next)
     w->next->prev = w->prev;
   loop->nwaiters--;
-  if (!loop->backend->per_wait)
+  if (!loop->backend->per_wait || !w->events) /* events 0: wanted stays */
     return;
   uint8_t wanted = wanted_by(e);
   if (wanted != e->wanted) {
