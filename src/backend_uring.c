@@ -438,21 +438,24 @@ static void uring_unwatch(weft_loop *loop, int fd, weft__fd *e, int closing) {
 /* ---- requests ----------------------------------------------------------- */
 static void undo_op(weft_task *t, void *arg) { op_unlink(t->loop, arg); }
 
+/* u becomes the record of the request just prepared in sqe, in flight. */
+static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
+                     int fd) {
+  io_uring_sqe_set_data(sqe, u);
+  *u = (uring_op){.w = {.task = weft__running_task(), .fd = fd},
+                  .sqe = sqe,
+                  .batch = st->batch};
+  inflight_add(st, u);
+}
+
 /* Parks the running task until the request just prepared (sqe, on fd)
- * completes, and returns its
- * result. Cancelled, timed out or closed meanwhile, it asks the kernel to
- * cancel the request, waits for its completion all the same, and returns
- * the request's result if it succeeded after all, else why it stopped. */
+ * completes, and returns its result. Cancelled, timed out or closed
+ * meanwhile, it asks the kernel to cancel the request, waits for its
+ * completion all the same, and returns the request's result if it
+ * succeeded after all, else why it stopped. */
 static int await_op(weft_loop *loop, uring_state *st, uring_op *u,
                     struct io_uring_sqe *sqe, int what, int fd) {
-  io_uring_sqe_set_data(sqe, u);
-  u->w = (weft__waiter){.task = weft__running_task(), .fd = fd};
-  u->done = 0;
-  u->res = 0;
-  u->sqe = sqe;
-  u->batch = st->batch;
-  u->retracted = 0;
-  inflight_add(st, u);
+  op_start(st, u, sqe, fd);
   weft__waiter_link(loop, &u->w);
   u->linked = 1;
   int rc = weft__park(what, fd, undo_op, u);
@@ -807,12 +810,7 @@ static int uring_close(weft_loop *loop, int fd) {
   uring_op u;
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_close(sqe, fd);
-  io_uring_sqe_set_data(sqe, &u);
-  u.w = (weft__waiter){.task = weft__running_task(), .fd = -1};
-  u.done = 0;
-  u.linked = 0;
-  u.retracted = 0;
-  inflight_add(st, &u);
+  op_start(st, &u, sqe, -1);
   loop->nwaiters++;
   while (!u.done)
     (void)weft__park_raw(WAIT_OTHER, fd);
