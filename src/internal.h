@@ -157,7 +157,7 @@ struct weft_loop {
   weft__heap_entry *heap;         /* ... whose root is heap[0] */
   uint32_t heap_len, heap_cap;    /* entries, room */
   uint32_t seq_next;              /* next arming's sequence number */
-  weft__timer_rec **timer_chunks; /* records, TIMER_CHUNK per chunk */
+  weft__timer_rec **timer_chunks; /* each chunk's records (timer.c) */
   uint32_t timer_nchunks;
   uint32_t timer_free;  /* first free record id + 1 (0: none) */
   uint32_t timer_frees; /* records freed since the free list was sorted */
