@@ -133,8 +133,16 @@ const char *weft__uring_why_not(void);
 weft__fd *weft__fd_get(weft_loop *loop, int fd);
 
 /* The entry of fd, probed (non-blocking, flags known) the first time it
- * is seen; NULL with *rc set (-EBADF, -ENOMEM...) on failure. */
-weft__fd *weft__fd_entry(weft_loop *loop, int fd, int *rc);
+ * is seen; NULL with *rc set (-EBADF, -ENOMEM...) on failure. Inline for
+ * the usual case, an fd already in the table and probed; the rest is
+ * weft__fd_entry_new (io.c). */
+weft__fd *weft__fd_entry_new(weft_loop *loop, int fd, int *rc);
+
+static inline weft__fd *weft__fd_entry(weft_loop *loop, int fd, int *rc) {
+  if (fd >= 0 && (size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
+    return &loop->fds[fd];
+  return weft__fd_entry_new(loop, fd, rc);
+}
 
 /* Links w at the end of its fd's waiters, counted in loop->nwaiters, and
  * takes it off again (telling a per_wait backend if less is wanted). A

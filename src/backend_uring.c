@@ -442,9 +442,13 @@ static void undo_op(weft_task *t, void *arg) { op_unlink(t->loop, arg); }
 static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
                      int fd) {
   io_uring_sqe_set_data(sqe, u);
-  *u = (uring_op){.w = {.task = weft__running_task(), .fd = fd},
-                  .sqe = sqe,
-                  .batch = st->batch};
+  u->w.task = weft__running_task();
+  u->w.fd = fd;
+  u->w.events = 0;
+  u->res = 0;
+  u->done = u->linked = u->retracted = u->queued = 0;
+  u->sqe = sqe;
+  u->batch = st->batch;
   inflight_add(st, u);
 }
 
@@ -499,10 +503,16 @@ static int is_input(int kind) {
          kind == OP_ACCEPT;
 }
 
+static void msghdr_for(struct msghdr *msg, struct iovec *iov, void *buf,
+                       size_t len) {
+  *iov = (struct iovec){buf, len};
+  *msg = (struct msghdr){.msg_iov = iov, .msg_iovlen = 1};
+}
+
 /* What the kernel wrote for a completed input request, told to memcheck. */
 static void note_written(const weft__op *op, const struct msghdr *msg,
                          ssize_t n) {
-  if (!RUNNING_ON_VALGRIND || n < 0)
+  if (n < 0)
     return;
   if (op->kind == OP_ACCEPT) {
     if (op->addrlen)
@@ -748,8 +758,8 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     }
     uint8_t flags = loop->fds[fd].flags;
     struct io_uring_sqe *sqe = get_sqe(loop, st);
-    struct iovec iov = {op->buf, len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct iovec iov;  /* recvfrom, sendto only */
+    struct msghdr msg;
     switch (kind) {
     case OP_READ: io_uring_prep_read(sqe, fd, op->buf, (unsigned)len, -1); break;
     case OP_WRITE:
@@ -764,11 +774,13 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       io_uring_prep_send(sqe, fd, op->buf, len, op->flags | MSG_NOSIGNAL);
       break;
     case OP_RECVFROM:
+      msghdr_for(&msg, &iov, op->buf, len);
       msg.msg_name = op->addr;
       msg.msg_namelen = op->addr && op->addrlen ? *op->addrlen : 0;
       io_uring_prep_recvmsg(sqe, fd, &msg, (unsigned)op->flags);
       break;
     case OP_SENDTO:
+      msghdr_for(&msg, &iov, op->buf, len);
       msg.msg_name = op->addr;
       msg.msg_namelen = op->addr ? op->addrlen_in : 0;
       io_uring_prep_sendmsg(sqe, fd, &msg, (unsigned)op->flags | MSG_NOSIGNAL);
@@ -781,7 +793,8 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     }
     uring_op u;
     ssize_t n = await_op(loop, st, &u, sqe, what, fd);
-    note_written(op, &msg, n);
+    if (RUNNING_ON_VALGRIND)
+      note_written(op, &msg, n);
     if (n >= 0) {
       if (kind == OP_RECVFROM && op->addr && op->addrlen)
         *op->addrlen = msg.msg_namelen;

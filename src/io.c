@@ -102,11 +102,7 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
   return 0;
 }
 
-/* The entry of fd, probed; NULL with *rc set on failure. */
-static inline weft__fd *entry(weft_loop *loop, int fd, int *rc) {
-  /* The usual case first: an fd already in the table and probed. */
-  if (fd >= 0 && (size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
-    return &loop->fds[fd];
+weft__fd *weft__fd_entry_new(weft_loop *loop, int fd, int *rc) {
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e) {
     *rc = fd < 0 ? -EBADF : -ENOMEM;
@@ -115,10 +111,6 @@ static inline weft__fd *entry(weft_loop *loop, int fd, int *rc) {
   if (!(e->flags & FD_KNOWN) && (*rc = probe(loop, fd, e)) < 0)
     return NULL;
   return e;
-}
-
-weft__fd *weft__fd_entry(weft_loop *loop, int fd, int *rc) {
-  return entry(loop, fd, rc);
 }
 
 int weft__fd_adopt(int fd, int stream) {
@@ -412,7 +404,7 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
   if (rc < 0)
     return rc;
   const int fd = op->fd;
-  weft__fd *e = entry(loop, fd, &rc);
+  weft__fd *e = weft__fd_entry(loop, fd, &rc);
   if (!e)
     return rc;
   if (kind == OP_CONNECT)
@@ -588,7 +580,7 @@ int weft_wait_fd(int fd, int events) {
   if (events & ~(WEFT_READ | WEFT_WRITE) || !events)
     return -EINVAL;
   weft_loop *loop = weft__loop_running;
-  if (!entry(loop, fd, &rc))
+  if (!weft__fd_entry(loop, fd, &rc))
     return rc;
   /* Ready now? (The hints may be stale; poll is exact.) */
   struct pollfd p = {fd,
