@@ -103,6 +103,7 @@ typedef struct uring_state {
   uring_op *inflight; /* requests whose completion has not come */
   uint32_t gen;       /* the last watch generation handed out */
   unsigned batch;     /* bumped by each submission to the kernel */
+  int valgrind;       /* RUNNING_ON_VALGRIND, asked once */
   listener **ls;      /* indexed by fd: multishot accept state, or NULL */
   size_t nls;
   listener *detached; /* closed, their request not yet ended */
@@ -196,6 +197,7 @@ static int uring_init(weft_loop *loop) {
     weft__free(st);
     return rc;
   }
+  st->valgrind = RUNNING_ON_VALGRIND;
   loop->backend_data = st;
   return 0;
 }
@@ -362,7 +364,7 @@ static int uring_poll(weft_loop *loop, int64_t timeout) {
   uring_state *st = state(loop);
   int rc;
   st->batch++;
-  if (RUNNING_ON_VALGRIND && timeout != 0)
+  if (st->valgrind && timeout != 0)
     return valgrind_poll(loop, st, timeout);
   if (timeout == 0)
     rc = io_uring_submit_and_get_events(&st->ring);
@@ -793,7 +795,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     }
     uring_op u;
     ssize_t n = await_op(loop, st, &u, sqe, what, fd);
-    if (RUNNING_ON_VALGRIND)
+    if (st->valgrind)
       note_written(op, &msg, n);
     if (n >= 0) {
       if (kind == OP_RECVFROM && op->addr && op->addrlen)
@@ -857,7 +859,7 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
   uring_op u;
   ssize_t n = await_op(loop, st, &u, sqe,
                        op == FILE_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd);
-  if (op == FILE_READ && n > 0)
+  if (st->valgrind && op == FILE_READ && n > 0)
     KERNEL_WROTE(buf, (size_t)n);
   return n;
 }
