@@ -654,8 +654,15 @@ static void accept_done(weft_loop *loop, uring_state *st, listener *l,
 static void undo_accept(weft_task *t, void *arg) {
   uring_op *u = arg;
   op_unlink(t->loop, u);
-  if (u->queued)
-    acceptor_del(u->l, u);
+  if (!u->queued)
+    return;
+  listener *l = u->l;
+  acceptor_del(l, u);
+  /* The last call waiting gave up: stop accepting for nobody (what the
+   * request brings before the cancellation lands is queued, for the next
+   * call). */
+  if (!l->first && l->armed)
+    accept_cancel(t->loop, state(t->loop), l);
 }
 
 /* weft_accept(fd, NULL, NULL): from the listener's queue, or wait for the
