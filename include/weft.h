@@ -98,7 +98,10 @@ typedef struct weft_task weft_task;
  * and so does a zero (or NULL) in any field. */
 typedef struct weft_config {
   /* The backend that waits for events: "epoll", "poll", "io_uring". NULL:
-   * the environment variable WEFT_BACKEND, else the platform default. */
+   * the environment variable WEFT_BACKEND, else the platform default
+   * (epoll on Linux). A loop asked for io_uring that cannot have it (no
+   * liburing in the build, an old kernel, seccomp) uses the default and
+   * says so once on stderr. */
   const char *backend;
   /* Default stack size of the loop's tasks, in bytes; rounded up to whole
    * pages. 0: 256 KiB. Only the pages a task touches cost memory. */
@@ -314,7 +317,7 @@ int weft_sleep(int64_t delay);
  * running loop. */
 int64_t weft_loop_now(void);
 
-/* The name of the backend the loop uses: "epoll", "poll". */
+/* The name of the backend the loop uses: "epoll", "poll", "io_uring". */
 const char *weft_loop_backend(const weft_loop *loop);
 
 /* Keep-alive references. A loop whose tasks all wait on one another ends
