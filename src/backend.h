@@ -32,6 +32,12 @@ enum {
   OP_CONNECT,
 };
 
+/* The operations that wait for input (readable), the others for output. */
+static inline __attribute__((always_inline)) int weft__op_is_input(int kind) {
+  return kind == OP_READ || kind == OP_RECV || kind == OP_RECVFROM ||
+         kind == OP_ACCEPT;
+}
+
 /* One I/O operation and its arguments; it lives on the caller's stack. */
 typedef struct weft__op {
   int kind;              /* OP_* */

@@ -500,11 +500,6 @@ static int await_ready(weft_loop *loop, uring_state *st, int fd, int dir) {
   return rc < 0 ? rc : 0;
 }
 
-static int is_input(int kind) {
-  return kind == OP_READ || kind == OP_RECV || kind == OP_RECVFROM ||
-         kind == OP_ACCEPT;
-}
-
 static void msghdr_for(struct msghdr *msg, struct iovec *iov, void *buf,
                        size_t len) {
   *iov = (struct iovec){buf, len};
@@ -744,7 +739,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     if (ok)
       return c;
   }
-  const int dir = is_input(kind) ? WEFT_READ : WEFT_WRITE;
+  const int dir = weft__op_is_input(kind) ? WEFT_READ : WEFT_WRITE;
   const int what = dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE;
   for (;;) {
     size_t len = op->len;

@@ -231,11 +231,6 @@ void weft__fd_event(weft_loop *loop, int fd, int events) {
 }
 
 /* ---- the readiness way of doing an operation -------------------------- */
-static inline __attribute__((always_inline)) int is_input(int kind) {
-  return kind == OP_READ || kind == OP_RECV || kind == OP_RECVFROM ||
-         kind == OP_ACCEPT;
-}
-
 /* One attempt at the call, moving at most len bytes (op->len, unless the
  * fault hook asks for less). */
 static inline __attribute__((always_inline)) ssize_t
@@ -409,7 +404,7 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
     return rc;
   if (kind == OP_CONNECT)
     return do_connect(loop, op);
-  const int dir = is_input(kind) ? WEFT_READ : WEFT_WRITE;
+  const int dir = weft__op_is_input(kind) ? WEFT_READ : WEFT_WRITE;
   for (;;) {
     e = &loop->fds[fd]; /* the table may have moved while parked */
     /* MSG_DONTWAIT asks for the call's own answer now, EAGAIN included:
