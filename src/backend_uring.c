@@ -74,8 +74,8 @@ typedef struct uring_op {
   struct io_uring_sqe *sqe; /* its SQE, while it may not be submitted */
   unsigned batch;           /* uring_state.batch when it was prepared */
   uint8_t queued;    /* an accept call on its listener's list */
-  struct uring_op *prev, *next; /* in flight: the ring's list (an accept
-                                 * call waiting on a listener: its list) */
+  struct uring_op *prev, *next; /* an accept call waiting on a listener:
+                                 * in its list */
   struct listener *l; /* that listener */
 } uring_op;
 
@@ -100,7 +100,8 @@ typedef struct listener {
 
 typedef struct uring_state {
   struct io_uring ring;
-  uring_op *inflight; /* requests whose completion has not come */
+  unsigned ninflight; /* requests of tasks whose completion has not come
+                       * (each task has at most one: weft_task.io) */
   uint32_t gen;       /* the last watch generation handed out */
   unsigned batch;     /* bumped by each submission to the kernel */
   int valgrind;       /* RUNNING_ON_VALGRIND, asked once */
@@ -240,23 +241,6 @@ static struct io_uring_sqe *get_sqe(weft_loop *loop, uring_state *st) {
   }
 }
 
-static void inflight_add(uring_state *st, uring_op *u) {
-  u->prev = NULL;
-  u->next = st->inflight;
-  if (st->inflight)
-    st->inflight->prev = u;
-  st->inflight = u;
-}
-
-static void inflight_del(uring_state *st, uring_op *u) {
-  if (u->prev)
-    u->prev->next = u->next;
-  else
-    st->inflight = u->next;
-  if (u->next)
-    u->next->prev = u->prev;
-}
-
 /* The waiter of u leaves its fd's list, or the bare count of waiters. */
 static void op_unlink(weft_loop *loop, uring_op *u) {
   if (u->linked) {
@@ -319,7 +303,8 @@ static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res,
   if (!u->retracted)
     u->res = res;
   u->done = 1;
-  inflight_del(st, u);
+  u->w.task->io = NULL;
+  st->ninflight--;
   if (st->draining)
     return;
   op_unlink(loop, u);
@@ -451,7 +436,8 @@ static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
   u->done = u->linked = u->retracted = u->queued = 0;
   u->sqe = sqe;
   u->batch = st->batch;
-  inflight_add(st, u);
+  u->w.task->io = u;
+  st->ninflight++;
 }
 
 /* Parks the running task until the request just prepared (sqe, on fd)
@@ -873,16 +859,17 @@ static void uring_quiesce(weft_loop *loop) {
   if (!st)
     return;
   st->draining = 1;
-  for (uring_op *u = st->inflight; u; u = u->next) {
-    struct io_uring_sqe *sqe = get_sqe(loop, st);
-    io_uring_prep_cancel(sqe, u, 0);
-    io_uring_sqe_set_data64(sqe, 0);
-  }
+  for (weft_task *t = loop->live; t; t = t->next_live)
+    if (t->io) {
+      struct io_uring_sqe *sqe = get_sqe(loop, st);
+      io_uring_prep_cancel(sqe, t->io, 0);
+      io_uring_sqe_set_data64(sqe, 0);
+    }
   /* And the multishot accepts, whose connections would leak as fds. */
   for (size_t fd = 0; fd < st->nls; fd++)
     if (st->ls[fd] && st->ls[fd]->armed)
       accept_cancel(loop, st, st->ls[fd]);
-  while (st->inflight || st->narmed) {
+  while (st->ninflight || st->narmed) {
     st->batch++;
     int rc = io_uring_submit_and_wait(&st->ring, 1);
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -EBUSY &&

@@ -86,6 +86,8 @@ struct weft_task {
   int64_t waits_detail; /* what it is parked on (WAIT_*), for weft_dump */
   weft__undo_fn undo;   /* takes it off that on cancellation */
   void *undo_arg;
+  void *io; /* its request in the backend's hands (io_uring: a uring_op,
+             * which quiesce cancels), or NULL */
   /* Called as the task ends, after fn returned (groups use it). */
   void (*on_exit)(weft_task *t, void *arg);
   void *on_exit_arg;

@@ -494,6 +494,7 @@ weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
   t->sib_prev = t->sib_next = NULL;
   t->undo = NULL;
   t->undo_arg = NULL;
+  t->io = NULL;
   t->gen = NULL;
   t->wake_rc = 0;
   t->saved_errno = 0;
