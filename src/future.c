@@ -18,58 +18,83 @@
 
 enum { PENDING, HAS_VALUE, HAS_ERROR, CANCELLED };
 
+/* A task in weft_await, on its own stack: a link in the future's circular
+ * list of waiters (f->waiters is the first, its prev the last). */
 typedef struct waiter {
   weft_task *task;
   weft_future *future;
   struct waiter *prev, *next;
 } waiter;
 
+/* A done-callback: a link in a circular list, f->cbs_last->next the first. */
 typedef struct done_cb {
   void (*cb)(weft_future *f, void *arg);
   void *arg;
   struct done_cb *next;
 } done_cb;
 
+/* The first word is what making a future writes and releasing it tests;
+ * the lists are empty and `task` NULL in every record of the loop's cache,
+ * so weft_future_new writes that word alone. The record is 64 bytes. */
 struct weft_future {
-  weft_loop *loop;
   uint32_t refs;
   uint8_t state;    /* PENDING, ... */
   uint8_t reserved; /* holds a reserved callback slot of the loop */
   uint8_t queued;   /* a run of its callbacks is queued */
-  int err;          /* HAS_ERROR: the positive errno value */
-  void *value;      /* HAS_VALUE */
-  waiter *waiters, *waiters_tail;
-  done_cb *cbs, *cbs_tail;
+  uint8_t spare;    /* 0: keeps the first word one store */
+  union {
+    void *value;            /* HAS_VALUE */
+    int err;                /* HAS_ERROR: the positive errno value */
+    weft_future *next_free; /* in the loop's cache */
+  } u;
+  waiter *waiters;
+  done_cb *cbs_last;
+  weft_loop *loop;
   weft_task *task;           /* weft_async's task (a detached handle) */
   void *(*async_fn)(void *); /* ... and what it runs */
   void *async_arg;
-  weft_future *next_free; /* in the loop's cache */
 };
 
 /* Freed records kept per loop; beyond this many they go back to malloc. */
 #define CACHE_MAX 1024
 
-weft_future *weft_future_new(void) {
-  weft_loop *loop = weft__loop_running ? weft__loop_running : weft_loop_current();
-  if (!loop) {
+static inline void future_init(weft_future *f) {
+  f->refs = 1;
+  f->state = PENDING;
+  f->reserved = f->queued = f->spare = 0;
+}
+
+/* No record in the cache, or no loop running: a fresh one from malloc, of
+ * the thread's current loop. */
+static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
+  if (!loop && !(loop = weft_loop_current())) {
     errno = EINVAL;
     return NULL;
   }
   weft_future *f = loop->future_cache;
   if (f) {
-    loop->future_cache = f->next_free;
+    loop->future_cache = f->u.next_free;
     loop->future_cached--;
-  } else if (!(f = weft__malloc(sizeof *f))) {
-    return NULL;
+  } else {
+    if (!(f = weft__malloc(sizeof *f)))
+      return NULL;
+    f->waiters = NULL;
+    f->cbs_last = NULL;
+    f->loop = loop;
+    f->task = NULL;
   }
-  /* Field by field: every one a pending future reads. */
-  f->loop = loop;
-  f->refs = 1;
-  f->state = PENDING;
-  f->reserved = f->queued = 0;
-  f->waiters = f->waiters_tail = NULL;
-  f->cbs = f->cbs_tail = NULL;
-  f->task = NULL;
+  future_init(f);
+  return f;
+}
+
+weft_future *weft_future_new(void) {
+  weft_loop *loop = weft__loop_running;
+  weft_future *f;
+  if (__builtin_expect(!loop || !(f = loop->future_cache), 0))
+    return future_new_slow(loop);
+  loop->future_cache = f->u.next_free;
+  loop->future_cached--;
+  future_init(f);
   return f;
 }
 
@@ -81,22 +106,40 @@ weft_future *weft_future_ref(weft_future *f) {
   return f;
 }
 
-static void future_free(weft_future *f) {
+/* Puts f in its loop's cache, or back to malloc when the cache is full. */
+static inline void future_recycle(weft_future *f) {
   weft_loop *loop = f->loop;
-  while (__builtin_expect(f->cbs != NULL, 0)) {
-    done_cb *c = f->cbs;
-    f->cbs = c->next;
-    weft__free(c);
-  }
-  if (f->reserved)
-    weft__call_soon_unreserve(loop);
-  if (loop->future_cached < CACHE_MAX) {
-    f->next_free = loop->future_cache;
+  if (__builtin_expect(loop->future_cached < CACHE_MAX, 1)) {
+    f->u.next_free = loop->future_cache;
     loop->future_cache = f;
     loop->future_cached++;
   } else {
     weft__free(f);
   }
+}
+
+/* Frees a future nobody holds any more that still has callbacks (it never
+ * completed, or was released before their run came). A reserved slot
+ * implies a callback, so the fast path tests cbs_last alone. */
+static __attribute__((noinline)) void future_free_callbacks(weft_future *f) {
+  done_cb *first = f->cbs_last->next;
+  f->cbs_last->next = NULL;
+  f->cbs_last = NULL;
+  for (done_cb *c = first; c;) {
+    done_cb *next = c->next;
+    weft__free(c);
+    c = next;
+  }
+  if (f->reserved)
+    weft__call_soon_unreserve(f->loop);
+  future_recycle(f);
+}
+
+static inline void future_free(weft_future *f) {
+  if (__builtin_expect(f->cbs_last != NULL, 0))
+    future_free_callbacks(f);
+  else
+    future_recycle(f);
 }
 
 void weft_future_release(weft_future *f) {
@@ -107,7 +150,7 @@ void weft_future_release(weft_future *f) {
 void weft__futures_free(weft_loop *loop) {
   while (loop->future_cache) {
     weft_future *f = loop->future_cache;
-    loop->future_cache = f->next_free;
+    loop->future_cache = f->u.next_free;
     weft__free(f);
   }
   loop->future_cached = 0;
@@ -119,8 +162,9 @@ static void run_callbacks(void *arg) {
   /* The callbacks there are now; one added while they run is queued for
    * the next turn, as weft_call_soon's would be (a callback that re-adds
    * itself cannot keep the loop in this turn). */
-  done_cb *c = f->cbs;
-  f->cbs = f->cbs_tail = NULL;
+  done_cb *c = f->cbs_last->next;
+  f->cbs_last->next = NULL;
+  f->cbs_last = NULL;
   f->queued = 0;
   while (c) {
     done_cb *next = c->next;
@@ -139,31 +183,46 @@ static void queue_callbacks(weft_future *f) {
   weft__call_soon_reserved(f->loop, run_callbacks, f);
 }
 
-static int complete(weft_future *f, int state, void *value, int err) {
-  if (!f || f->state != PENDING)
-    return -EINVAL;
-  f->state = (uint8_t)state;
-  f->value = value;
-  f->err = err;
-  while (f->waiters) {
-    waiter *w = f->waiters;
-    f->waiters = w->next;
+/* f has just completed and someone waits: wake the waiters, in the order
+ * they came, and queue the callbacks. */
+static __attribute__((noinline)) void wake_all(weft_future *f) {
+  waiter *w;
+  while ((w = f->waiters)) {
+    if (w->next == w) {
+      f->waiters = NULL;
+    } else {
+      w->prev->next = w->next;
+      w->next->prev = w->prev;
+      f->waiters = w->next;
+    }
     weft__wake(w->task, 0);
   }
-  f->waiters_tail = NULL;
-  if (f->cbs)
+  if (f->cbs_last)
     queue_callbacks(f);
-  return 0;
+}
+
+/* Sets the outcome of pending f (the caller checked); wakes whoever
+ * waits. */
+static inline void complete(weft_future *f, int state) {
+  f->state = (uint8_t)state;
+  if (__builtin_expect(f->waiters != NULL || f->cbs_last != NULL, 0))
+    wake_all(f);
 }
 
 int weft_future_set_result(weft_future *f, void *value) {
-  return complete(f, HAS_VALUE, value, 0);
+  if (__builtin_expect(!f || f->state != PENDING, 0))
+    return -EINVAL;
+  f->u.value = value;
+  complete(f, HAS_VALUE);
+  return 0;
 }
 
 int weft_future_set_error(weft_future *f, int err) {
-  if (err <= 0)
+  if (!f || f->state != PENDING || err <= 0)
     return -EINVAL;
-  return complete(f, HAS_ERROR, NULL, err);
+  f->u.err = err;
+  complete(f, HAS_ERROR);
+  return 0;
 }
 
 int weft_future_cancel(weft_future *f) {
@@ -171,7 +230,7 @@ int weft_future_cancel(weft_future *f) {
     return -EINVAL;
   if (f->state != PENDING)
     return 0;
-  complete(f, CANCELLED, NULL, 0);
+  complete(f, CANCELLED);
   if (f->task)
     weft_cancel(f->task); /* -ESRCH if it just ended: nothing to do */
   return 1;
@@ -184,11 +243,11 @@ int weft_future_result(const weft_future *f, void **value) {
     return -EINVAL;
   switch (f->state) {
   case PENDING: return -EAGAIN;
-  case HAS_ERROR: return -f->err;
+  case HAS_ERROR: return -f->u.err;
   case CANCELLED: return -ECANCELED;
   }
   if (value)
-    *value = f->value;
+    *value = f->u.value;
   return 0;
 }
 
@@ -200,7 +259,8 @@ int weft_future_add_done_callback(weft_future *f,
   done_cb *c = weft__malloc(sizeof *c);
   if (!c)
     return -ENOMEM;
-  *c = (done_cb){cb, arg, NULL};
+  c->cb = cb;
+  c->arg = arg;
   /* The run that will call it needs a slot: reserved now if pending (the
    * completion cannot fail), taken now if done. */
   if (!f->queued && !f->reserved) {
@@ -210,11 +270,13 @@ int weft_future_add_done_callback(weft_future *f,
     }
     f->reserved = 1;
   }
-  if (f->cbs_tail)
-    f->cbs_tail->next = c;
-  else
-    f->cbs = c;
-  f->cbs_tail = c;
+  if (f->cbs_last) {
+    c->next = f->cbs_last->next;
+    f->cbs_last->next = c;
+  } else {
+    c->next = c;
+  }
+  f->cbs_last = c;
   if (f->state != PENDING && !f->queued)
     queue_callbacks(f);
   return 0;
@@ -225,35 +287,54 @@ static void undo_await(weft_task *t, void *arg) {
   waiter *w = arg;
   weft_future *f = w->future;
   (void)t;
-  if (w->prev)
+  if (w->next == w) {
+    f->waiters = NULL;
+  } else {
     w->prev->next = w->next;
-  else
-    f->waiters = w->next;
-  if (w->next)
     w->next->prev = w->prev;
-  else
-    f->waiters_tail = w->prev;
+    if (f->waiters == w)
+      f->waiters = w->next;
+  }
 }
 
-int weft_await(weft_future *f, void **value) {
-  weft_task *t = weft__running_task();
-  if (!f || !t || t->loop != f->loop)
-    return -EINVAL;
+/* weft_await when the task may be cancelled, or f is not done with a
+ * value: the checkpoint, then the outcome or the wait. */
+static __attribute__((noinline)) int await_slow(weft_future *f, void **value,
+                                                weft_task *t) {
   int rc = weft__checkpoint();
   if (rc < 0 || f->state != PENDING)
     return rc < 0 ? rc : weft_future_result(f, value);
-  waiter w = {t, f, f->waiters_tail, NULL};
-  if (f->waiters_tail)
-    f->waiters_tail->next = &w;
-  else
+  waiter w = {t, f, &w, &w};
+  waiter *first = f->waiters;
+  if (first) {
+    w.prev = first->prev;
+    w.next = first;
+    first->prev->next = &w;
+    first->prev = &w;
+  } else {
     f->waiters = &w;
-  f->waiters_tail = &w;
+  }
   f->refs++; /* f stays while the task waits, whoever releases it */
   rc = weft__park(WAIT_FUTURE, (int64_t)(uintptr_t)f, undo_await, &w);
   if (rc == 0)
     rc = weft_future_result(f, value);
   weft_future_release(f);
   return rc;
+}
+
+int weft_await(weft_future *f, void **value) {
+  weft_loop *loop = weft__loop_running;
+  weft_task *t;
+  if (__builtin_expect(!f || !loop || !(t = loop->current) || f->loop != loop, 0))
+    return -EINVAL;
+  /* The common case inline: not cancelled, in no scope, f holds a value. */
+  if (__builtin_expect((t->flags & TASK_CANCELLED) || t->scope ||
+                           f->state != HAS_VALUE,
+                       0))
+    return await_slow(f, value, t);
+  if (value)
+    *value = f->u.value;
+  return 0;
 }
 
 /* ---- weft_async ------------------------------------------------------- */
