@@ -351,10 +351,11 @@ void weft__actors_free(weft_loop *loop);
 
 /* Timers and callbacks (timer.c). weft__timers_fire runs every timer due
  * at loop->now; weft__callbacks_run the callbacks queued before it was
- * called. weft__timers_next is the nearest deadline or WEFT_NEVER. */
+ * called. weft__timers_next is the nearest deadline or WEFT_NEVER; it
+ * may move heap entries (a root left behind by a lazy re-arm sinks). */
 void weft__timers_fire(weft_loop *loop);
 void weft__callbacks_run(weft_loop *loop);
-int64_t weft__timers_next(const weft_loop *loop);
+int64_t weft__timers_next(weft_loop *loop);
 void weft__timers_free(weft_loop *loop);
 
 /* Sets the next sequence number (tests: to reach the renumbering that

@@ -15,6 +15,14 @@
  * It is 32 bits to keep an entry at 16 bytes; before it wraps, the heap is
  * sorted (a sorted array is a valid heap) and renumbered 0..n-1.
  *
+ * A re-arm to a later key is lazy, as Go's runtime does it: only the
+ * record learns the new key, and the heap entry keeps the old one. An
+ * entry's key is thus never later than its record's, so the root is still
+ * the earliest entry; when it is stale, it gets its record's key and sinks
+ * (settle_root), before anything reads the root as the next deadline. A
+ * timeout pushed back on every message (an idle timer) then costs one
+ * store per push, not a sift, and sinks once per time it reaches the root.
+ *
  * Deadlines are measured from the loop's clock (loop->now, read once per
  * turn), as libuv does, so timers set in one turn with the same delay tie.
  * A delay <= 0 counts as 1 ns: such a timer fires at the next turn, never in
@@ -30,21 +38,22 @@
 #define TIMER_CHUNK 1024u /* record ids per chunk */
 #define NOT_ARMED   UINT32_MAX
 
-/* A timer record is in two parts: what moving the timer touches (where it
- * is in the heap, the handle's generation), 8 bytes, and what only arming
- * and firing touch (the callback), 16, each in its own array in the
- * record's chunk. With 100,000 timers armed, re-arming one at random keeps
- * 0.8 MB of records in play beside the 1.6 MB heap, not 4 MB.
+/* A timer record is in two parts: what moving the timer touches (its key,
+ * where it is in the heap, the handle's generation), 24 bytes, and what
+ * only arming and firing touch (the callback), 16, each in its own array
+ * in the record's chunk. A lazy re-arm touches only the first: one line.
  *
- * The first array is aligned to its size, so a record's address gives its
- * chunk: the chunk's first slots hold a header (the loop, the chunk's
- * number), and the record's id is the chunk's number and its slot. So the
- * record need store neither, and a re-arm learns the id without reading
- * the heap entry it is about to overwrite. The handle is the record's
- * address. */
+ * The first array is aligned to a power of two, so a record's address
+ * gives its chunk: the chunk's first slot holds a header (the loop, the
+ * chunk's number), and the record's id is the chunk's number and its slot.
+ * So the record need store neither, and a re-arm learns the id without
+ * reading the heap entry it is about to overwrite. The handle is the
+ * record's address. */
 struct weft__timer_rec {
-  uint32_t pos; /* heap index while armed, else NOT_ARMED */
-  uint16_t gen; /* handle generation, bumped when freed */
+  int64_t deadline; /* the key: its heap entry's, or later (lazy re-arm) */
+  uint32_t seq;     /* ... and its rank among equal deadlines */
+  uint32_t pos;     /* heap index while armed, else NOT_ARMED */
+  uint16_t gen;     /* handle generation, bumped when freed */
 };
 
 typedef union timer_call {
@@ -61,19 +70,23 @@ typedef struct timer_chunk_head {
   uint32_t index;  /* its number: its records' ids are index * TIMER_CHUNK + slot */
 } timer_chunk_head;
 
-#define REC_BYTES  (TIMER_CHUNK * sizeof(weft__timer_rec)) /* its alignment */
-#define REC_FIRST  ((uint32_t)((sizeof(timer_chunk_head) + 7) / 8)) /* slots */
-#define CHUNK_MEM  (2 * REC_BYTES + TIMER_CHUNK * sizeof(timer_call))
+#define REC_BYTES (TIMER_CHUNK * sizeof(weft__timer_rec))
+#define REC_ALIGN 32768u /* the records' alignment: a power of two */
+#define REC_FIRST                                                              \
+  ((uint32_t)((sizeof(timer_chunk_head) + sizeof(weft__timer_rec) - 1) /       \
+              sizeof(weft__timer_rec))) /* the header's slots */
+#define CHUNK_MEM (REC_ALIGN + REC_BYTES + TIMER_CHUNK * sizeof(timer_call))
 
-_Static_assert(sizeof(weft__timer_rec) == 8, "8-byte records");
-_Static_assert((REC_BYTES & (REC_BYTES - 1)) == 0, "a power of two");
+_Static_assert(sizeof(weft__timer_rec) == 24, "24-byte records");
+_Static_assert(REC_BYTES <= REC_ALIGN, "a chunk's records within its alignment");
+_Static_assert((REC_ALIGN & (REC_ALIGN - 1)) == 0, "a power of two");
 
 static inline timer_chunk_head *head_of(const weft__timer_rec *r) {
-  return (timer_chunk_head *)((uintptr_t)r & ~(uintptr_t)(REC_BYTES - 1));
+  return (timer_chunk_head *)((uintptr_t)r & ~(uintptr_t)(REC_ALIGN - 1));
 }
 
 static inline uint32_t slot_of(const weft__timer_rec *r) {
-  return (uint32_t)(((uintptr_t)r & (REC_BYTES - 1)) / sizeof *r);
+  return (uint32_t)(((uintptr_t)r & (REC_ALIGN - 1)) / sizeof *r);
 }
 
 static inline uint32_t id_of(const weft__timer_rec *r) {
@@ -122,7 +135,7 @@ static int add_chunk(weft_loop *loop) {
   void *mem = weft__malloc(CHUNK_MEM);
   if (!mem)
     return -ENOMEM;
-  uintptr_t base = ((uintptr_t)mem + REC_BYTES - 1) & ~(uintptr_t)(REC_BYTES - 1);
+  uintptr_t base = ((uintptr_t)mem + REC_ALIGN - 1) & ~(uintptr_t)(REC_ALIGN - 1);
   weft__timer_rec *c = (weft__timer_rec *)base;
   timer_chunk_head *head = (timer_chunk_head *)base;
   head->loop = loop;
@@ -298,15 +311,41 @@ static int by_key(const void *a, const void *b) {
   return less(x, y) ? -1 : less(y, x) ? 1 : 0;
 }
 
-/* The sequence numbers are about to wrap: sort (a sorted array is a heap)
- * and number the entries afresh, keeping their order. */
+/* The sequence numbers are about to wrap: give every entry its record's
+ * key (the lazy re-arms done), sort (a sorted array is a heap) and number
+ * the entries afresh, keeping their order. */
 static void renumber(weft_loop *loop) {
-  qsort(loop->heap, loop->heap_len, sizeof *loop->heap, by_key);
+  weft__heap_entry *h = loop->heap;
   for (uint32_t i = 0; i < loop->heap_len; i++) {
-    loop->heap[i].seq = i;
-    rec_at(loop, loop->heap[i].id)->pos = i;
+    const weft__timer_rec *r = rec_at(loop, h[i].id);
+    h[i].deadline = r->deadline;
+    h[i].seq = r->seq;
+  }
+  qsort(h, loop->heap_len, sizeof *h, by_key);
+  for (uint32_t i = 0; i < loop->heap_len; i++) {
+    weft__timer_rec *r = rec_at(loop, h[i].id);
+    h[i].seq = r->seq = i;
+    r->pos = i;
   }
   loop->seq_next = loop->heap_len;
+}
+
+/* Is this entry's key older than its record's (a lazy re-arm)? */
+static inline int stale(const weft__heap_entry *e, const weft__timer_rec *r) {
+  return (e->deadline != r->deadline) | (e->seq != r->seq);
+}
+
+/* Until the root is up to date: give it its record's key and sink it. */
+static void settle_root(weft_loop *loop) {
+  while (loop->heap_len) {
+    weft__heap_entry root = loop->heap[0];
+    weft__timer_rec *r = rec_at(loop, root.id);
+    if (!stale(&root, r))
+      return;
+    root.deadline = r->deadline;
+    root.seq = r->seq;
+    r->pos = sift_down(loop, 0, root);
+  }
 }
 
 static void heap_remove(weft_loop *loop, uint32_t pos) {
@@ -335,9 +374,10 @@ static weft__timer_rec *arm(weft_loop *loop, int64_t deadline,
   timer_call *c = call_of(r);
   c->armed.cb = cb;
   c->armed.arg = arg;
+  r->deadline = deadline;
+  r->seq = loop->seq_next++;
   uint32_t pos = loop->heap_len++;
-  r->pos = sift_up(loop, pos,
-                   (weft__heap_entry){deadline, loop->seq_next++, id});
+  r->pos = sift_up(loop, pos, (weft__heap_entry){deadline, r->seq, id});
   return r;
 }
 
@@ -407,13 +447,25 @@ int weft_timer_rearm(weft_timer *h, int64_t delay) {
   weft_loop *loop = loop_of(r);
   if (loop->seq_next == UINT32_MAX)
     renumber(loop);
-  /* In place: a new key, then one sift, whichever way it must go (what a
-   * cancel and a new timer would cost in two). The new sequence number
-   * orders it after every timer set before, as if it had just been set. */
+  /* The new sequence number orders it after every timer set before, as if
+   * it had just been set; so a deadline no earlier than the record's is a
+   * later key, and the entry's (no later than the record's) still holds
+   * it back enough: lazy, the record alone changes. */
+  int64_t deadline = deadline_after(loop, delay);
+  uint32_t seq = loop->seq_next++;
+  int later = deadline >= r->deadline;
+  r->deadline = deadline;
+  r->seq = seq;
+  if (later)
+    return 0;
+  /* Earlier than the record's key; if also earlier than the entry's, the
+   * entry takes it and rises (its children were no earlier than its old
+   * key). */
   uint32_t pos = r->pos;
-  weft__heap_entry e = {deadline_after(loop, delay), loop->seq_next++,
-                        id_of(r)};
-  uint32_t to = sift(loop, pos, e);
+  weft__heap_entry e = {deadline, seq, id_of(r)};
+  if (!less(&e, &loop->heap[pos]))
+    return 0;
+  uint32_t to = sift_up(loop, pos, e);
   if (to != pos)
     r->pos = to;
   return 0;
@@ -423,7 +475,8 @@ void weft__timer_seq_set(weft_loop *loop, uint32_t seq) {
   loop->seq_next = seq;
 }
 
-int64_t weft__timers_next(const weft_loop *loop) {
+int64_t weft__timers_next(weft_loop *loop) {
+  settle_root(loop);
   return loop->heap_len ? loop->heap[0].deadline : WEFT_NEVER;
 }
 
@@ -433,6 +486,10 @@ void weft__timers_fire(weft_loop *loop) {
     weft__heap_entry *h = loop->heap;
     uint32_t id = h[0].id;
     weft__timer_rec *r = rec_at(loop, id);
+    if (stale(&h[0], r)) {
+      settle_root(loop); /* re-armed later: not due yet, perhaps */
+      continue;
+    }
     timer_call *c = call_of(r);
     void (*cb)(void *) = c->armed.cb;
     void *arg = c->armed.arg;
