@@ -133,6 +133,8 @@ fi
 cmake --build "$BUILD" --target benchmarks -j2 >&2 ||
   die "the benchmarks did not build in $BUILD"
 btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+# An empty cache entry is the project's default, which CMakeLists.txt sets.
+[ -n "$btype" ] || btype=RelWithDebInfo
 sanitize=$(sed -n 's/^WEFT_SANITIZE:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
 case $btype in
   Release | RelWithDebInfo | MinSizeRel) ;;

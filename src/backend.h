@@ -116,6 +116,13 @@ struct weft__backend {
    * before the tasks' stacks go: it waits out every request still in the
    * kernel, since one may still write into a stack. */
   int (*close)(weft_loop *loop, int fd);
+  /* Optional. forget: fd is closed without `close` (outside a task), or
+   * was closed behind weft's back and its number is in use again: drop
+   * what the backend keeps for it. input_queued: nonzero if the backend
+   * holds data received on fd that no call has taken (weft_wait_fd is
+   * then ready at once). */
+  void (*forget)(weft_loop *loop, int fd);
+  int (*input_queued)(weft_loop *loop, int fd);
   ssize_t (*file)(weft_loop *loop, int op, int fd, void *buf, size_t len,
                   off_t offset);
   void (*quiesce)(weft_loop *loop);

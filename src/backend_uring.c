@@ -33,7 +33,8 @@
  * (weft__fd.slot: a generation << 2, and the events asked for) tells a
  * completion of the fd's current watch from a stale one; else the address
  * of the uring_op; that of a listener, with 2 added, for its multishot
- * accept.
+ * accept; that of a receiver (struct rx), with 4 added, for its multishot
+ * recv.
  */
 #include "backend.h"
 
@@ -48,7 +49,9 @@
 #include <liburing.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -62,7 +65,17 @@
 
 #define SQ_ENTRIES 256
 #define TAG_ACCEPT 2u
+#define TAG_RX     4u
+#define TAG_MASK   7u
 #define CQ_ENTRIES 4096
+
+struct uring_op;
+
+/* The calls waiting on a multishot request (a listener's or a receiver's),
+ * in the order they came. */
+typedef struct waitlist {
+  struct uring_op *first, *last;
+} waitlist;
 
 /* One request of a task, on the task's stack from its SQE to its CQE. */
 typedef struct uring_op {
@@ -73,10 +86,12 @@ typedef struct uring_op {
   uint8_t retracted; /* made a no-op before submission: res stays */
   struct io_uring_sqe *sqe; /* its SQE, while it may not be submitted */
   unsigned batch;           /* uring_state.batch when it was prepared */
-  uint8_t queued;    /* an accept call on its listener's list */
-  struct uring_op *prev, *next; /* an accept call waiting on a listener:
-                                 * in its list */
-  struct listener *l; /* that listener */
+  uint8_t queued;    /* on a waitlist: the one below */
+  struct uring_op *prev, *next; /* a call waiting on a multishot request:
+                                 * its links in ... */
+  waitlist *wl;                 /* ... this list, of ... */
+  struct listener *l;           /* ... this listener, or ... */
+  struct rx *r;                 /* ... this receiver */
 } uring_op;
 
 /* A listening socket accepted from with weft_accept(fd, NULL, NULL): one
@@ -88,15 +103,44 @@ typedef struct uring_op {
 #define LISTEN_QUEUE_MAX 64
 
 typedef struct listener {
-  int fd;
+  int fd; /* first: record_of sets it */
   uint8_t armed;    /* its multishot accept is in the kernel */
   uint8_t detached; /* weft_close: freed when the request has ended */
   int err;          /* a failure for the next call (0: none) */
   int *q;           /* accepted fds, q[head..head+len) in a ring of cap */
   unsigned head, len, cap;
-  uring_op *first, *last; /* the calls waiting, in the order they came */
+  waitlist waiting; /* the calls waiting */
   struct listener *next_detached;
 } listener;
+
+/* A stream socket read with a multishot recv (weft_recv, weft_read): the
+ * kernel fills buffers of the loop's ring (st->bufs) as data comes, and
+ * what no call has taken yet is queued here, in arrival order. */
+#define RX_BGID      1    /* the buffer group of the ring */
+#define RX_NBUFS     256  /* buffers in the ring (a power of two) ... */
+#define RX_BUFSZ     4096 /* ... of this size: 1 MiB per loop */
+#define RX_QUEUE_MAX 8    /* chunks queued before the request is stopped */
+
+typedef struct rx_chunk {
+  uint16_t bid; /* the ring buffer holding it */
+  uint32_t len; /* bytes in it */
+} rx_chunk;
+
+typedef struct rx {
+  int fd; /* first: record_of sets it */
+  uint8_t armed;      /* its multishot recv is in the kernel */
+  uint8_t stopping;   /* ... and a cancellation of it is on its way */
+  uint8_t detached;   /* weft_close: freed when the request has ended */
+  uint8_t eof;        /* the peer's end of stream, after the queue */
+  uint8_t plain;      /* the kernel had no buffer (ENOBUFS): the next call
+                       * that finds the queue empty reads the plain way */
+  int err;            /* an error, for the call that finds the queue empty */
+  rx_chunk *q;        /* q[head..head+len) in a ring of cap */
+  unsigned head, len, cap;
+  uint32_t off;       /* bytes of q[head] already taken */
+  waitlist waiting;   /* the calls waiting for data */
+  struct rx *next_detached;
+} rx;
 
 typedef struct uring_state {
   struct io_uring ring;
@@ -108,7 +152,14 @@ typedef struct uring_state {
   listener **ls;      /* indexed by fd: multishot accept state, or NULL */
   size_t nls;
   listener *detached; /* closed, their request not yet ended */
-  unsigned narmed;    /* multishot accepts in the kernel */
+  rx **rxs;           /* indexed by fd: multishot recv state, or NULL */
+  size_t nrxs;
+  rx *rx_detached;    /* closed, their request not yet ended */
+  unsigned narmed;    /* multishot accepts and recvs in the kernel */
+  int rx_on;          /* multishot recv: 0 not tried yet, 1 on, -1 off */
+  struct io_uring_buf_ring *br; /* the provided buffer ring ... */
+  size_t br_bytes;              /* ... its size (mmap'ed) ... */
+  char *bufs;                   /* ... and the buffers it hands out */
   int draining;       /* quiesce: completions wake nobody */
 } uring_state;
 
@@ -164,6 +215,7 @@ static int probe_ring(struct io_uring *ring, const struct io_uring_params *p) {
 }
 
 static int uring_init(weft_loop *loop) {
+  why_not = NULL; /* and -ENOMEM is weft's own allocation failing */
   uring_state *st = weft__calloc(1, sizeof *st);
   if (!st)
     return -ENOMEM;
@@ -189,7 +241,8 @@ static int uring_init(weft_loop *loop) {
     rc = io_uring_queue_init_params(SQ_ENTRIES, &st->ring, &p);
   }
   if (rc < 0) {
-    why_not = NULL;
+    if (rc == -ENOMEM) /* the kernel's: told apart from weft's own */
+      why_not = "the kernel could not allocate the ring (RLIMIT_MEMLOCK?)";
     weft__free(st);
     return rc;
   }
@@ -204,6 +257,7 @@ static int uring_init(weft_loop *loop) {
 }
 
 static void listener_free(struct listener *l);
+static void rx_free(uring_state *st, rx *r);
 
 static void uring_fini(weft_loop *loop) {
   uring_state *st = state(loop);
@@ -219,6 +273,18 @@ static void uring_fini(weft_loop *loop) {
     st->detached = l->next_detached;
     listener_free(l);
   }
+  for (size_t fd = 0; fd < st->nrxs; fd++)
+    if (st->rxs[fd])
+      rx_free(st, st->rxs[fd]);
+  weft__free(st->rxs);
+  while (st->rx_detached) {
+    rx *r = st->rx_detached;
+    st->rx_detached = r->next_detached;
+    rx_free(st, r);
+  }
+  if (st->br)
+    munmap(st->br, st->br_bytes);
+  weft__free(st->bufs);
   weft__free(st);
   loop->backend_data = NULL;
 }
@@ -284,14 +350,20 @@ static void watch_done(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
 
 static void accept_done(weft_loop *loop, uring_state *st, listener *l,
                         int res, unsigned flags);
+static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
+                    unsigned flags);
 
 static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res,
                      unsigned flags) {
   if (ud == 0)
     return;
-  if ((ud & 3) == TAG_ACCEPT) {
-    accept_done(loop, st, (listener *)(uintptr_t)(ud & ~(uint64_t)3), res,
-                flags);
+  if ((ud & TAG_MASK) == TAG_ACCEPT) {
+    accept_done(loop, st, (listener *)(uintptr_t)(ud & ~(uint64_t)TAG_MASK),
+                res, flags);
+    return;
+  }
+  if ((ud & TAG_MASK) == TAG_RX) {
+    rx_done(loop, st, (rx *)(uintptr_t)(ud & ~(uint64_t)TAG_MASK), res, flags);
     return;
   }
   if (ud & 1) {
@@ -510,42 +582,110 @@ static void note_written(const weft__op *op, const struct msghdr *msg,
     KERNEL_WROTE(op->addr, msg->msg_namelen);
 }
 
-/* ---- multishot accept ----------------------------------------------------- */
-static listener *listener_of(uring_state *st, int fd) {
-  if ((size_t)fd >= st->nls) {
-    size_t n = st->nls ? st->nls : 64;
-    while (n <= (size_t)fd)
-      n *= 2;
-    listener **v = weft__realloc(st->ls, n * sizeof *v);
+/* ---- the calls waiting on a multishot request --------------------------- */
+static void waitlist_add(waitlist *wl, uring_op *u) {
+  u->wl = wl;
+  u->queued = 1;
+  u->next = NULL;
+  u->prev = wl->last;
+  if (wl->last)
+    wl->last->next = u;
+  else
+    wl->first = u;
+  wl->last = u;
+}
+
+static void waitlist_del(uring_op *u) {
+  waitlist *wl = u->wl;
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    wl->first = u->next;
+  if (u->next)
+    u->next->prev = u->prev;
+  else
+    wl->last = u->prev;
+  u->queued = 0;
+}
+
+/* The request served u: off the list, off its fd, awake. */
+static void waitlist_wake(weft_loop *loop, uring_op *u, int res) {
+  waitlist_del(u);
+  u->res = res;
+  u->done = 1;
+  op_unlink(loop, u);
+  weft__wake(u->w.task, 0);
+}
+
+/* Parks the running task on wl (and on fd's waiters, for weft_close) until
+ * the request serves it. Returns 1 if it did (u->res), else why not. */
+static int waitlist_park(weft_loop *loop, waitlist *wl, uring_op *u, int fd,
+                         weft__undo_fn undo) {
+  u->w = (weft__waiter){.task = weft__running_task(), .fd = fd};
+  u->done = 0;
+  weft__waiter_link(loop, &u->w);
+  u->linked = 1;
+  waitlist_add(wl, u);
+  int rc = weft__park(WAIT_FD_READ, fd, undo, u);
+  if (u->done)
+    return 1;
+  if (u->queued) /* weft_close woke it (-EBADF) */
+    waitlist_del(u);
+  return rc;
+}
+
+/* The entry for fd of a table indexed by fd (grown as needed), or NULL
+ * when out of memory. */
+static void **table_slot(void ***tab, size_t *n, int fd) {
+  if ((size_t)fd >= *n) {
+    size_t m = *n ? *n : 64;
+    while (m <= (size_t)fd)
+      m *= 2;
+    void **v = weft__realloc(*tab, m * sizeof *v);
     if (!v)
       return NULL;
-    memset(v + st->nls, 0, (n - st->nls) * sizeof *v);
-    st->ls = v;
-    st->nls = n;
+    memset(v + *n, 0, (m - *n) * sizeof *v);
+    *tab = v;
+    *n = m;
   }
-  if (!st->ls[fd]) {
-    listener *l = weft__calloc(1, sizeof *l);
-    if (!l)
-      return NULL;
-    l->fd = fd;
-    st->ls[fd] = l;
-  }
-  return st->ls[fd];
+  return &(*tab)[fd];
+}
+
+/* fd's record (size bytes, its first member `int fd`) in such a table,
+ * made if there is none; NULL when out of memory. */
+static void *record_of(void ***tab, size_t *n, int fd, size_t size) {
+  void **slot = table_slot(tab, n, fd);
+  if (slot && !*slot && (*slot = weft__calloc(1, size)))
+    *(int *)*slot = fd;
+  return slot ? *slot : NULL;
+}
+
+/* Doubles a ring of len elements of sz bytes (to min, the first time),
+ * unwrapping it: its first is then at 0. */
+static int ring_grow(void **q, unsigned *head, unsigned len, unsigned *cap,
+                     size_t sz, unsigned min) {
+  unsigned ncap = *cap ? 2 * *cap : min;
+  char *v = weft__malloc(ncap * sz);
+  if (!v)
+    return -ENOMEM;
+  for (unsigned i = 0; i < len; i++)
+    memcpy(v + i * sz, (char *)*q + (size_t)((*head + i) % *cap) * sz, sz);
+  weft__free(*q);
+  *q = v;
+  *head = 0;
+  *cap = ncap;
+  return 0;
+}
+
+/* ---- multishot accept ----------------------------------------------------- */
+static listener *listener_of(uring_state *st, int fd) {
+  return record_of((void ***)&st->ls, &st->nls, fd, sizeof(listener));
 }
 
 static int queue_push(listener *l, int c) {
-  if (l->len == l->cap) {
-    unsigned cap = l->cap ? 2 * l->cap : 16;
-    int *q = weft__malloc(cap * sizeof *q);
-    if (!q)
-      return -ENOMEM;
-    for (unsigned i = 0; i < l->len; i++)
-      q[i] = l->q[(l->head + i) % l->cap];
-    weft__free(l->q);
-    l->q = q;
-    l->head = 0;
-    l->cap = cap;
-  }
+  if (l->len == l->cap &&
+      ring_grow((void **)&l->q, &l->head, l->len, &l->cap, sizeof *l->q, 16) < 0)
+    return -ENOMEM;
   l->q[(l->head + l->len++) % l->cap] = c;
   return 0;
 }
@@ -579,19 +719,6 @@ static void accept_cancel(weft_loop *loop, uring_state *st, listener *l) {
   io_uring_sqe_set_data64(sqe, 0);
 }
 
-/* Takes a waiting call off its listener's list. */
-static void acceptor_del(listener *l, uring_op *u) {
-  if (u->prev)
-    u->prev->next = u->next;
-  else
-    l->first = u->next;
-  if (u->next)
-    u->next->prev = u->prev;
-  else
-    l->last = u->prev;
-  u->queued = 0;
-}
-
 /* The multishot accept brought a connection (res >= 0) or ended. */
 static void accept_done(weft_loop *loop, uring_state *st, listener *l,
                         int res, unsigned flags) {
@@ -613,13 +740,9 @@ static void accept_done(weft_loop *loop, uring_state *st, listener *l,
     return;
   }
   if (res >= 0 || res != -ECANCELED) {
-    uring_op *u = l->first;
+    uring_op *u = l->waiting.first;
     if (u && !st->draining) { /* straight to the call that waits */
-      acceptor_del(l, u);
-      u->res = res;
-      u->done = 1;
-      op_unlink(loop, u);
-      weft__wake(u->w.task, 0);
+      waitlist_wake(loop, u, res);
     } else if (res >= 0) {
       if (queue_push(l, res) < 0)
         close(res); /* out of memory: the client sees the end */
@@ -628,7 +751,7 @@ static void accept_done(weft_loop *loop, uring_state *st, listener *l,
     } else
       l->err = -res; /* for the next call (EMFILE...) */
   }
-  if (!l->armed && l->first && !l->err && !st->draining)
+  if (!l->armed && l->waiting.first && !l->err && !st->draining)
     accept_arm(loop, st, l);
 }
 
@@ -638,11 +761,11 @@ static void undo_accept(weft_task *t, void *arg) {
   if (!u->queued)
     return;
   listener *l = u->l;
-  acceptor_del(l, u);
+  waitlist_del(u);
   /* The last call waiting gave up: stop accepting for nobody (what the
    * request brings before the cancellation lands is queued, for the next
    * call). */
-  if (!l->first && l->armed)
+  if (!l->waiting.first && l->armed)
     accept_cancel(t->loop, state(t->loop), l);
 }
 
@@ -667,22 +790,10 @@ static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
   }
   if (!l->armed)
     accept_arm(loop, st, l);
-  uring_op u = {.w = {.task = weft__running_task(), .fd = fd}, .l = l};
-  weft__waiter_link(loop, &u.w);
-  u.linked = 1;
-  u.queued = 1;
-  u.prev = l->last;
-  if (l->last)
-    l->last->next = &u;
-  else
-    l->first = &u;
-  l->last = &u;
-  int rc = weft__park(WAIT_FD_READ, fd, undo_accept, &u);
-  if (u.done)
-    return u.res; /* the fd, also if cancelled since: it is the caller's */
-  if (u.queued) /* weft_close woke it (-EBADF) */
-    acceptor_del(l, &u);
-  return rc;
+  uring_op u = {.l = l};
+  int rc = waitlist_park(loop, &l->waiting, &u, fd, undo_accept);
+  /* The fd, also if cancelled since: it is the caller's. */
+  return rc == 1 ? u.res : rc;
 }
 
 /* weft_close of a listener: its queued connections are closed, and its
@@ -692,8 +803,8 @@ static void listener_close(weft_loop *loop, uring_state *st, int fd) {
     return;
   listener *l = st->ls[fd];
   st->ls[fd] = NULL;
-  while (l->first) /* woken with -EBADF already (weft__fd_forget) */
-    acceptor_del(l, l->first);
+  while (l->waiting.first) /* woken with -EBADF already (weft__fd_forget) */
+    waitlist_del(l->waiting.first);
   if (!l->armed) {
     listener_free(l);
     return;
@@ -706,6 +817,315 @@ static void listener_close(weft_loop *loop, uring_state *st, int fd) {
   accept_cancel(loop, st, l);
 }
 
+/* ---- multishot recv ------------------------------------------------------ */
+/* weft_recv and weft_read of a stream socket are served by one multishot
+ * recv request per socket (Linux 6.0), which takes a buffer from a ring
+ * the loop provides (IORING_REGISTER_PBUF_RING, 5.19) for each arrival and
+ * stays in the kernel between calls: no request is prepared per call, and
+ * data that came while no call waited is taken at once, without parking.
+ * What came is queued on the socket in its ring buffers; a call copies
+ * from them, and each buffer emptied goes back to the ring. At
+ * RX_QUEUE_MAX chunks the request is cancelled (the socket's own buffer in
+ * the kernel holds the rest) and the next call that finds the queue empty
+ * asks again. A cancelled call leaves what came in the queue for the next
+ * one: nothing is lost, whichever of the data and the cancellation came
+ * first.
+ *
+ * It is off unless WEFT_URING_PBUF=1: measured (bench/echo/run.sh), it
+ * saves no CPU in weft, where the caller's buffer is there, waiting, when
+ * the data comes; it adds a copy out of a ring buffer that has gone cold
+ * (the ring's 1 MiB cycles through the cache), and user time was 0.9-1.7x
+ * that of a request per call, more in most configurations. Each call is then a recv request of its own, into the
+ * caller's buffer; so, too, on a kernel without buffer rings or
+ * multishot recv. */
+#define RX_RING_MASK (RX_NBUFS - 1)
+
+_Static_assert((RX_NBUFS & RX_RING_MASK) == 0, "a power of two");
+_Static_assert(RX_NBUFS <= 65536, "buffer ids are 16 bits");
+
+/* Sets up the buffer ring, the first time a socket is read; 1 if multishot
+ * recv is on. */
+static int rx_setup(uring_state *st) {
+  if (st->rx_on)
+    return st->rx_on > 0;
+  st->rx_on = -1;
+  const char *env = getenv("WEFT_URING_PBUF");
+  if (!env || strcmp(env, "1") != 0)
+    return 0; /* off unless asked for: see the top of this section */
+  size_t bytes = RX_NBUFS * sizeof(struct io_uring_buf);
+  void *br = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (br == MAP_FAILED)
+    return 0;
+  char *bufs = weft__malloc((size_t)RX_NBUFS * RX_BUFSZ);
+  struct io_uring_buf_reg reg = {
+      .ring_addr = (uintptr_t)br, .ring_entries = RX_NBUFS, .bgid = RX_BGID};
+  if (!bufs || io_uring_register_buf_ring(&st->ring, &reg, 0) < 0) {
+    weft__free(bufs); /* an older kernel (EINVAL), or no memory */
+    munmap(br, bytes);
+    return 0;
+  }
+  st->br = br;
+  st->br_bytes = bytes;
+  st->bufs = bufs;
+  io_uring_buf_ring_init(st->br);
+  for (unsigned i = 0; i < RX_NBUFS; i++)
+    io_uring_buf_ring_add(st->br, bufs + (size_t)i * RX_BUFSZ, RX_BUFSZ,
+                          (unsigned short)i, RX_RING_MASK, (int)i);
+  io_uring_buf_ring_advance(st->br, RX_NBUFS);
+  st->rx_on = 1;
+  return 1;
+}
+
+static char *rx_buf(uring_state *st, uint16_t bid) {
+  return st->bufs + (size_t)bid * RX_BUFSZ;
+}
+
+/* Gives a buffer back to the kernel. */
+static void rx_recycle(uring_state *st, uint16_t bid) {
+  io_uring_buf_ring_add(st->br, rx_buf(st, bid), RX_BUFSZ, bid, RX_RING_MASK,
+                        0);
+  io_uring_buf_ring_advance(st->br, 1);
+}
+
+static rx *rx_of(uring_state *st, int fd) {
+  return record_of((void ***)&st->rxs, &st->nrxs, fd, sizeof(rx));
+}
+
+static int rx_push(rx *r, uint16_t bid, uint32_t len) {
+  if (r->len == r->cap && ring_grow((void **)&r->q, &r->head, r->len, &r->cap,
+                                    sizeof *r->q, 2 * RX_QUEUE_MAX) < 0)
+    return -ENOMEM;
+  r->q[(r->head + r->len++) % r->cap] = (rx_chunk){bid, len};
+  return 0;
+}
+
+static void rx_pop(uring_state *st, rx *r) {
+  rx_recycle(st, r->q[r->head].bid);
+  r->head = (r->head + 1) % r->cap;
+  r->len--;
+  r->off = 0;
+}
+
+static void rx_free(uring_state *st, rx *r) {
+  while (r->len)
+    rx_pop(st, r);
+  weft__free(r->q);
+  weft__free(r);
+}
+
+static void rx_arm(weft_loop *loop, uring_state *st, rx *r) {
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_recv_multishot(sqe, r->fd, NULL, 0, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = RX_BGID;
+  io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | TAG_RX);
+  r->armed = 1;
+  r->stopping = 0;
+  st->narmed++;
+}
+
+static void rx_stop(weft_loop *loop, uring_state *st, rx *r) {
+  if (!r->armed || r->stopping)
+    return;
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r | TAG_RX, 0);
+  io_uring_sqe_set_data64(sqe, 0);
+  r->stopping = 1;
+}
+
+/* The multishot recv brought data (res > 0, in a buffer) or ended. */
+static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
+                    unsigned flags) {
+  if (!(flags & IORING_CQE_F_MORE)) {
+    r->armed = r->stopping = 0;
+    st->narmed--;
+  }
+  int queued = 0;
+  if (flags & IORING_CQE_F_BUFFER) {
+    uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
+    if (res > 0 && !r->detached) {
+      KERNEL_WROTE(rx_buf(st, bid), (size_t)res);
+      queued = rx_push(r, bid, (uint32_t)res) == 0;
+      if (!queued)
+        r->err = ENOMEM; /* and the buffer goes back */
+    }
+    if (!queued)
+      rx_recycle(st, bid);
+  } else if (res == 0)
+    r->eof = 1;
+  else if (res == -ENOBUFS)
+    r->plain = 1;
+  else if (res == -EINVAL && !r->len) {
+    st->rx_on = -1; /* a kernel without multishot recv: plain from now on */
+    r->plain = 1;
+  } else if (res < 0 && res != -ECANCELED)
+    r->err = -res;
+  if (r->detached) { /* weft_close'd: nobody will take it */
+    if (!r->armed) {
+      for (rx **p = &st->rx_detached; *p; p = &(*p)->next_detached)
+        if (*p == r) {
+          *p = r->next_detached;
+          break;
+        }
+      rx_free(st, r);
+    }
+    return;
+  }
+  if (r->len >= RX_QUEUE_MAX)
+    rx_stop(loop, st, r);
+  if (st->draining)
+    return;
+  /* Every call waiting looks again (more than one task reading one stream
+   * is rare); so does weft_wait_fd. */
+  while (r->waiting.first)
+    waitlist_wake(loop, r->waiting.first, 0);
+  if (queued || r->eof || r->err)
+    weft__fd_event(loop, r->fd, WEFT_READ);
+}
+
+/* Copies up to len bytes from the queue; with peek, leaves them there. */
+static size_t rx_take(uring_state *st, rx *r, char *dst, size_t len,
+                      int peek) {
+  size_t n = 0;
+  uint32_t off = r->off;
+  for (unsigned i = 0; i < r->len && n < len; i++) {
+    const rx_chunk *c = &r->q[(r->head + i) % r->cap];
+    size_t k = c->len - off < len - n ? c->len - off : len - n;
+    memcpy(dst + n, rx_buf(st, c->bid) + off, k);
+    n += k;
+    off = k == c->len - off ? 0 : off + (uint32_t)k;
+  }
+  if (peek)
+    return n;
+  for (size_t left = n; left;) {
+    const rx_chunk *c = &r->q[r->head];
+    if (left < c->len - r->off) {
+      r->off += (uint32_t)left;
+      break;
+    }
+    left -= c->len - r->off;
+    rx_pop(st, r);
+  }
+  return n;
+}
+
+static void undo_rx(weft_task *t, void *arg) {
+  uring_op *u = arg;
+  op_unlink(t->loop, u);
+  if (u->queued)
+    waitlist_del(u);
+}
+
+/* recv with flags 0, MSG_PEEK, MSG_WAITALL or MSG_DONTWAIT, or read, of a
+ * stream socket: from the queue, or after waiting for the request to
+ * bring something. Returns 1 with the call's result in *out, or 0 when
+ * the call must go the plain way (no record, the kernel ran out of
+ * buffers, multishot recv is off). */
+static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
+                   ssize_t *out) {
+  rx *r = rx_of(st, op->fd);
+  if (!r)
+    return 0;
+  const int peek = op->flags & MSG_PEEK, all = op->flags & MSG_WAITALL;
+  size_t got = 0;
+  int polled = 0;
+  for (;;) {
+    if (r->len) {
+      got += rx_take(st, r, (char *)op->buf + got, op->len - got, peek);
+      if (got == op->len || !all || peek)
+        break;
+      continue;
+    }
+    if (got && !all)
+      break;
+    if (r->err) {
+      if (got)
+        break;
+      *out = -r->err;
+      r->err = 0;
+      return 1;
+    }
+    if (r->eof || !op->len)
+      break;
+    if ((r->plain || st->rx_on < 0) && !r->armed) {
+      if (got)
+        break;
+      r->plain = 0;
+      return 0;
+    }
+    if (op->flags & MSG_DONTWAIT) {
+      if (!r->armed && !got)
+        return 0; /* the kernel holds what there is: ask it */
+      if (!got && !polled) {
+        /* The request may not have left this turn yet, and what came
+         * since the loop last looked is not reaped: submit, take the
+         * completions (one system call: the call's own answer, now). */
+        polled = 1;
+        st->batch++;
+        io_uring_submit_and_get_events(&st->ring);
+        reap(loop, st);
+        continue;
+      }
+      *out = got ? (ssize_t)got : -EAGAIN;
+      return 1;
+    }
+    if (!r->armed)
+      rx_arm(loop, st, r);
+    uring_op u = {.r = r};
+    int rc = waitlist_park(loop, &r->waiting, &u, op->fd, undo_rx);
+    if (rc != 1) {
+      /* Cancelled, or closed: what was taken is the caller's (a
+       * level-triggered cancellation stops the next call). */
+      *out = got ? (ssize_t)got : rc;
+      return 1;
+    }
+    if ((size_t)op->fd >= st->nrxs || st->rxs[op->fd] != r) {
+      /* Closed after the data woke us, before we ran. */
+      *out = got ? (ssize_t)got : -EBADF;
+      return 1;
+    }
+  }
+  *out = (ssize_t)got;
+  return 1;
+}
+
+/* weft_close of a socket read with multishot recv: its queue is dropped,
+ * its request cancelled; the record goes when the request has ended. */
+static void rx_close(weft_loop *loop, uring_state *st, int fd) {
+  if ((size_t)fd >= st->nrxs || !st->rxs[fd])
+    return;
+  rx *r = st->rxs[fd];
+  st->rxs[fd] = NULL;
+  while (r->waiting.first) /* woken with -EBADF already (weft__fd_forget) */
+    waitlist_del(r->waiting.first);
+  if (!r->armed) {
+    rx_free(st, r);
+    return;
+  }
+  while (r->len)
+    rx_pop(st, r);
+  r->detached = 1;
+  r->next_detached = st->rx_detached;
+  st->rx_detached = r;
+  rx_stop(loop, st, r);
+}
+
+/* Whether rx_recv takes this input call: a stream socket's, with the
+ * flags it knows, once multishot recv is set up. With the fault hook on
+ * (tests), only a socket whose data already goes through it. */
+static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
+  if ((e->flags & (FD_SOCKET | FD_STREAM)) != (FD_SOCKET | FD_STREAM) ||
+      (op->flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT)))
+    return 0;
+  const rx *r = (size_t)op->fd < st->nrxs ? st->rxs[op->fd] : NULL;
+  if (r && (r->armed || r->len))
+    return 1;
+  if (weft__fault_hook)
+    return 0;
+  return st->rx_on > 0 || (st->rx_on == 0 && rx_setup(st));
+}
+
 static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   int rc = weft__checkpoint();
   if (rc < 0)
@@ -715,9 +1135,18 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     return rc;
   /* No completion form needed: connect's rules live in io.c, and with
    * MSG_DONTWAIT the call itself never blocks. */
+  uring_state *st = state(loop);
+  if (weft__op_is_input(op->kind) && op->kind != OP_ACCEPT &&
+      rx_serves(st, op, e)) {
+    ssize_t n;
+    if (rx_recv(loop, st, op, &n)) {
+      if (op->kind == OP_RECVFROM && op->addrlen)
+        *op->addrlen = 0; /* a stream socket's peer: not told */
+      return n;
+    }
+  }
   if (op->kind == OP_CONNECT || (op->flags & MSG_DONTWAIT))
     return weft__io_readiness(loop, op);
-  uring_state *st = state(loop);
   const int kind = op->kind, fd = op->fd;
   if (kind == OP_ACCEPT && !op->addr && !weft__fault_hook) {
     int ok;
@@ -810,6 +1239,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
 static int uring_close(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
   listener_close(loop, st, fd);
+  rx_close(loop, st, fd);
   uring_op u;
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_close(sqe, fd);
@@ -820,6 +1250,20 @@ static int uring_close(weft_loop *loop, int fd) {
   loop->nwaiters--;
   /* Linux frees the fd even when close fails with EINTR. */
   return u.res == -EINTR ? 0 : u.res;
+}
+
+/* A socket closed without the ring (weft_close outside a task), or closed
+ * behind weft's back and its number reused: its multishot requests go. */
+static void uring_forget(weft_loop *loop, int fd) {
+  uring_state *st = state(loop);
+  listener_close(loop, st, fd);
+  rx_close(loop, st, fd);
+}
+
+static int uring_input_queued(weft_loop *loop, int fd) {
+  uring_state *st = state(loop);
+  return (size_t)fd < st->nrxs && st->rxs[fd] &&
+         (st->rxs[fd]->len || st->rxs[fd]->eof || st->rxs[fd]->err);
 }
 
 /* weft_file_read / write / fsync: straight to the ring, with the caller's
@@ -865,10 +1309,16 @@ static void uring_quiesce(weft_loop *loop) {
       io_uring_prep_cancel(sqe, t->io, 0);
       io_uring_sqe_set_data64(sqe, 0);
     }
-  /* And the multishot accepts, whose connections would leak as fds. */
+  /* And the multishot requests: accepts, whose connections would leak as
+   * fds, and recvs, which hold ring buffers. */
   for (size_t fd = 0; fd < st->nls; fd++)
     if (st->ls[fd] && st->ls[fd]->armed)
       accept_cancel(loop, st, st->ls[fd]);
+  for (size_t fd = 0; fd < st->nrxs; fd++)
+    if (st->rxs[fd])
+      rx_stop(loop, st, st->rxs[fd]);
+  for (rx *r = st->rx_detached; r; r = r->next_detached)
+    rx_stop(loop, st, r);
   while (st->ninflight || st->narmed) {
     st->batch++;
     int rc = io_uring_submit_and_wait(&st->ring, 1);
@@ -897,6 +1347,8 @@ const weft__backend weft__backend_uring = {
     .unwatch = uring_unwatch,
     .per_wait = 1,
     .close = uring_close,
+    .forget = uring_forget,
+    .input_queued = uring_input_queued,
     .file = uring_file,
     .quiesce = uring_quiesce,
 };

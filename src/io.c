@@ -97,6 +97,8 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
   e->flags = flags | FD_NONBLOCK;
   e->ready = WEFT_READ | WEFT_WRITE;
   e->wanted = 0;
+  if (loop->backend->forget) /* a number weft saw closed behind its back */
+    loop->backend->forget(loop, fd);
   if (!(flags & FD_UNPOLLABLE))
     first_watch(loop, fd, e);
   return 0;
@@ -124,6 +126,8 @@ int weft__fd_adopt(int fd, int stream) {
    * weft's back: start afresh. */
   if (e->flags & FD_WATCHED)
     loop->backend->unwatch(loop, fd, e, 1);
+  if (loop->backend->forget)
+    loop->backend->forget(loop, fd);
   memset(e, 0, sizeof *e);
   e->flags = FD_KNOWN | FD_NONBLOCK | FD_SOCKET | (stream ? FD_STREAM : 0);
   e->ready = WEFT_READ | WEFT_WRITE;
@@ -577,6 +581,11 @@ int weft_wait_fd(int fd, int events) {
   weft_loop *loop = weft__loop_running;
   if (!weft__fd_entry(loop, fd, &rc))
     return rc;
+  /* Data the backend has already taken from the kernel (io_uring's
+   * multishot recv) is input ready. */
+  if ((events & WEFT_READ) && loop->backend->input_queued &&
+      loop->backend->input_queued(loop, fd))
+    return WEFT_READ;
   /* Ready now? (The hints may be stale; poll is exact.) */
   struct pollfd p = {fd,
                      (short)((events & WEFT_READ ? POLLIN : 0) |
@@ -627,6 +636,8 @@ int weft_close(int fd) {
   if (loop && loop->backend->close && weft__running_task() &&
       weft__loop_running == loop)
     return loop->backend->close(loop, fd);
+  if (loop && loop->backend->forget)
+    loop->backend->forget(loop, fd);
   /* Linux frees the fd even when close fails with EINTR: never retry. */
   if (close(fd) < 0 && errno != EINTR)
     return -errno;

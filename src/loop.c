@@ -252,7 +252,14 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   loop->wake_fd = loop->wake_wfd = -1;
   loop->quit_fd = -1;
   int rc = backend->init(loop);
-  if (rc < 0 && want_uring && rc != -ENOMEM) {
+  /* Out of memory is an error, not a reason to change backends; the
+   * kernel refusing a ring (a memlock limit) is a reason. */
+#ifdef WEFT_HAVE_URING
+  int kernel_said = rc < 0 && (rc != -ENOMEM || weft__uring_why_not());
+#else
+  int kernel_said = rc < 0 && rc != -ENOMEM;
+#endif
+  if (rc < 0 && want_uring && kernel_said) {
     uring_notice(-rc);
     loop->backend = backend = backend_named(NULL);
     rc = backend->init(loop);

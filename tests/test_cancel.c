@@ -135,6 +135,26 @@ static size_t drain(int fd, const char *pattern) {
   }
 }
 
+/* drain, but through weft on a socket (from a task): what io_uring's
+ * multishot recv brought before the call was cancelled is in weft's queue,
+ * for the next call, not in the kernel. */
+static size_t drain_weft(int fd, const char *pattern) {
+  static char buf[1 << 16];
+  size_t total = 0;
+  for (;;) {
+    ssize_t n = weft_recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == -ENOTSOCK)
+      return drain(fd, pattern); /* a pipe */
+    if (n <= 0) {
+      CHECK_EQ(n, -EAGAIN);
+      return total;
+    }
+    for (ssize_t i = 0; i < n; i++)
+      CHECK_EQ(buf[i], pattern[(total + (size_t)i) % strlen(pattern)]);
+    total += (size_t)n;
+  }
+}
+
 /* Fills the socket's buffer (fd's sending side) until it takes no more. */
 static size_t fill(int fd) {
   static char chunk[4096];
@@ -530,7 +550,7 @@ static void fx_verify_and_close(fixture *f) {
   case K_RECV:
   case K_READ:
   case K_WAIT_FD:
-    CHECK_EQ(drain(f->rd, "abc"), f->avail);
+    CHECK_EQ(drain_weft(f->rd, "abc"), f->avail);
     CHECK_EQ(weft_close(f->rd), 0);
     CHECK_EQ(weft_close(f->wr), 0);
     break;

@@ -21,7 +21,20 @@
  *  - multishot accept: 200 connections, each accepted once and in order
  *    while the listener's queue fills and is cancelled and asked again;
  *    a cancelled accept loses no connection; a listener closed with
- *    connections queued closes them, leaks none.
+ *    connections queued closes them, leaks none;
+ *  - multishot recv into provided buffers: data that came while no call
+ *    waited is in weft's queue (the kernel's socket buffer is empty) and
+ *    comes out whole and in order, across calls of any size, with
+ *    MSG_PEEK, MSG_WAITALL and MSG_DONTWAIT (which sees data no turn has
+ *    reaped yet); weft_wait_fd sees queued data; the end of stream comes
+ *    after the data, and stays; the queue is bounded (the request stops,
+ *    the kernel holds the rest, nothing lost); 40 sockets wanting more
+ *    buffers than the ring has fall back to plain recvs and lose nothing;
+ *    500 sockets closed with data queued give their buffers back;
+ *    it is off by default (WEFT_URING_PBUF=1 turns it on: everything
+ *    above), and a kernel that refuses to register a buffer ring (a
+ *    seccomp filter, in a child) leaves it off;
+ *  - the cancel-against-completion rounds run both ways.
  *
  * Skipped (77) where the build or the kernel has no io_uring.
  */
@@ -32,6 +45,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -187,6 +201,20 @@ static size_t drain(int fd, unsigned char tag, int check) {
   return total;
 }
 
+/* The same through weft_recv, checking every byte. */
+static size_t weft_drain(int fd, unsigned char tag) {
+  static unsigned char buf[65536];
+  size_t total = 0;
+  ssize_t n;
+  while ((n = weft_recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) {
+    for (ssize_t i = 0; i < n; i++)
+      CHECK_EQ(buf[i], tag);
+    total += (size_t)n;
+  }
+  CHECK_EQ(n, -EAGAIN);
+  return total;
+}
+
 /* Drains the filler off the peer. Without DEFER_TASKRUN (under valgrind)
  * the kernel may finish the victim's send during the drain's own recv
  * calls (a request's retry runs on the way out of any system call), and
@@ -238,7 +266,9 @@ static void *race_main(void *arg) {
       size_t left = drain(rsv[1], round_tag, 1);
       CHECK_EQ(early + left, victim_rc > 0 ? (size_t)victim_rc : 0);
     } else {
-      size_t left = drain(rsv[0], round_tag, 1);
+      /* Through weft: what a multishot recv brought is in weft's queue,
+       * for the next call, not in the kernel. */
+      size_t left = weft_drain(rsv[0], round_tag);
       CHECK_EQ(left + (victim_rc > 0 ? (size_t)victim_rc : 0), CHUNK);
     }
     CHECK_EQ(weft_close(rsv[0]), 0);
@@ -249,16 +279,22 @@ static void *race_main(void *arg) {
 
 static void test_race(void) {
   int fds = check_fd_count();
-  for (int sending = 0; sending < 2; sending++) {
+  /* A recv request per call, a send; then recv with multishot recv on. */
+  for (int pass = 0; pass < 3; pass++) {
+    int sending = pass == 1;
+    if (pass == 2)
+      CHECK_EQ(setenv("WEFT_URING_PBUF", "1", 1), 0);
     got_data = got_cancel = 0;
     run_on_uring(race_main, P(sending));
     printf("  %s cancelled against completion, %d rounds: ok (%d returned "
            "data, %d -ECANCELED)\n",
-           sending ? "send" : "recv", ROUNDS, got_data, got_cancel);
+           pass == 2 ? "multishot recv" : sending ? "send" : "recv", ROUNDS,
+           got_data, got_cancel);
     /* Both outcomes were met, so both paths were exercised. */
     CHECK_GT(got_data, 0);
     CHECK_GT(got_cancel, 0);
   }
+  CHECK_EQ(unsetenv("WEFT_URING_PBUF"), 0);
   CHECK_EQ(check_fd_count(), fds);
 }
 
@@ -461,6 +497,226 @@ static void test_accept(void) {
          "queued: ok\n", NCONN);
 }
 
+/* ---- multishot recv into provided buffers --------------------------------- */
+
+/* Bytes in the kernel's receive buffer of fd. */
+static int kernel_queued(int fd) {
+  int n = -1;
+  CHECK_EQ(ioctl(fd, FIONREAD, &n), 0);
+  return n;
+}
+
+/* Lets the loop reap what the kernel brought (a turn that polls). */
+static void settle(void) { CHECK_EQ(weft_sleep(WEFT_MS(2)), 0); }
+
+static void *rx_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  pair(sv);
+  char buf[256];
+  /* The first call arms the request; it stays armed between calls. */
+  CHECK_EQ(send(sv[1], "a", 1, 0), 1);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 1);
+  CHECK_EQ(send(sv[1], "hello ", 6, 0), 6);
+  CHECK_EQ(send(sv[1], "world", 5, 0), 5);
+  settle();
+  CHECK_EQ(kernel_queued(sv[0]), 0); /* in weft's queue now */
+  CHECK_EQ(weft_wait_fd(sv[0], WEFT_READ), WEFT_READ);
+  CHECK_EQ(weft_recv(sv[0], buf, 4, MSG_PEEK), 4);
+  CHECK(memcmp(buf, "hell", 4) == 0);
+  CHECK_EQ(weft_recv(sv[0], buf, 3, 0), 3); /* part of a chunk */
+  CHECK(memcmp(buf, "hel", 3) == 0);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, MSG_PEEK), 8); /* two chunks */
+  CHECK(memcmp(buf, "lo world", 8) == 0);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 8);
+  CHECK(memcmp(buf, "lo world", 8) == 0);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
+  /* Sent, not yet reaped by any turn: MSG_DONTWAIT still sees it. */
+  CHECK_EQ(send(sv[1], "now", 3, 0), 3);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, MSG_DONTWAIT), 3);
+  /* MSG_WAITALL gathers arrivals until it has them all. */
+  CHECK_EQ(send(sv[1], "12", 2, 0), 2);
+  settle();
+  CHECK_EQ(send(sv[1], "345", 3, 0), 3);
+  CHECK_EQ(weft_recv(sv[0], buf, 5, MSG_WAITALL), 5);
+  CHECK(memcmp(buf, "12345", 5) == 0);
+  /* A read is served the same way. */
+  CHECK_EQ(send(sv[1], "rd", 2, 0), 2);
+  CHECK_EQ(weft_read(sv[0], buf, sizeof buf), 2);
+  /* The end of stream, after the data, and again. */
+  CHECK_EQ(send(sv[1], "last", 4, 0), 4);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  settle();
+  CHECK_EQ(weft_wait_fd(sv[0], WEFT_READ), WEFT_READ);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 4);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 0);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 0);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  return NULL;
+}
+
+/* A peer that sends while nobody reads: at most a few chunks wait in
+ * weft's queue, the rest in the kernel; all of it comes out in order. */
+#define FLOOD 200 /* sends of 100 bytes, one loop turn apart */
+
+static void *bounded_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  pair(sv);
+  unsigned char buf[1000];
+  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
+  CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+  for (int i = 0; i < FLOOD; i++) {
+    memset(buf, (unsigned char)i, 100);
+    CHECK_EQ(send(sv[1], buf, 100, 0), 100);
+    CHECK_EQ(weft_sleep(1000), 0); /* a turn: each send its own chunk */
+  }
+  settle();
+  /* Queued in weft: at most 8 chunks, and those the request brought
+   * before its cancellation landed. */
+  CHECK_GE(kernel_queued(sv[0]), (FLOOD - 16) * 100);
+  size_t at = 0;
+  while (at < FLOOD * 100) {
+    ssize_t n = weft_recv(sv[0], buf, sizeof buf, 0);
+    CHECK_GT(n, 0);
+    for (ssize_t i = 0; i < n; i++, at++)
+      CHECK_EQ(buf[i], (unsigned char)(at / 100));
+  }
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  return NULL;
+}
+
+/* More sockets with data queued than the ring has buffers (40 x 8 > 256):
+ * the request of some ends with ENOBUFS, and their calls read the plain
+ * way until buffers are back. Nothing is lost or reordered. */
+#define NSOCK 40
+#define PIECES 12
+
+static void *nobufs_main(void *arg) {
+  (void)arg;
+  int sv[NSOCK][2];
+  unsigned char buf[2048];
+  for (int i = 0; i < NSOCK; i++) {
+    pair(sv[i]);
+    CHECK_EQ(send(sv[i][1], "x", 1, 0), 1);
+    CHECK_EQ(weft_recv(sv[i][0], buf, 1, 0), 1);
+  }
+  for (int p = 0; p < PIECES; p++) {
+    for (int i = 0; i < NSOCK; i++) {
+      memset(buf, (unsigned char)(i * PIECES + p), 64);
+      CHECK_EQ(send(sv[i][1], buf, 64, 0), 64);
+    }
+    CHECK_EQ(weft_sleep(1000), 0);
+  }
+  settle();
+  for (int i = 0; i < NSOCK; i++) {
+    size_t at = 0;
+    while (at < PIECES * 64) {
+      ssize_t n = weft_recv(sv[i][0], buf, sizeof buf, 0);
+      CHECK_GT(n, 0);
+      for (ssize_t k = 0; k < n; k++, at++)
+        CHECK_EQ(buf[k], (unsigned char)(i * PIECES + at / 64));
+    }
+    CHECK_EQ(at, (size_t)PIECES * 64);
+    CHECK_EQ(weft_close(sv[i][0]), 0);
+    CHECK_EQ(weft_close(sv[i][1]), 0);
+  }
+  return NULL;
+}
+
+/* Closed with data queued, 500 times over: the buffers go back to the
+ * ring, so the next socket's data still goes through it. */
+static void *recycle_main(void *arg) {
+  (void)arg;
+  unsigned char buf[64] = {0};
+  for (int i = 0; i < 500; i++) {
+    int sv[2];
+    pair(sv);
+    CHECK_EQ(send(sv[1], "x", 1, 0), 1);
+    CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+    for (int p = 0; p < 4; p++) {
+      CHECK_EQ(send(sv[1], buf, 32, 0), 32);
+      CHECK_EQ(weft_yield(), 0);
+      settle();
+    }
+    CHECK_EQ(weft_close(sv[0]), 0);
+    CHECK_EQ(weft_close(sv[1]), 0);
+  }
+  int sv[2];
+  pair(sv);
+  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
+  CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+  CHECK_EQ(send(sv[1], "more", 4, 0), 4);
+  settle();
+  CHECK_EQ(kernel_queued(sv[0]), 0); /* taken into a ring buffer */
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 4);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  return NULL;
+}
+
+/* Multishot recv off: each call is a request of its own, and data waits
+ * in the kernel until a call asks. */
+static void *plain_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  pair(sv);
+  char buf[16];
+  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
+  CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+  CHECK_EQ(send(sv[1], "kept", 4, 0), 4);
+  settle();
+  CHECK_EQ(kernel_queued(sv[0]), 4);
+  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 4);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  return NULL;
+}
+
+/* A kernel without buffer rings (before 5.19): registering one fails with
+ * EINVAL, here by a seccomp filter in a child, and recvs are plain. */
+static void no_pbuf_child(void *arg) {
+  (void)arg;
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_register, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+               offsetof(struct seccomp_data, args[1])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 22 /* IORING_REGISTER_PBUF_RING */,
+               0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+  CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+  run_on_uring(plain_main, NULL);
+}
+
+static void test_multishot_recv(void) {
+  int fds = check_fd_count();
+  CHECK_EQ(setenv("WEFT_URING_PBUF", "1", 1), 0);
+  run_on_uring(rx_main, NULL);
+  run_on_uring(bounded_main, NULL);
+  run_on_uring(nobufs_main, NULL);
+  run_on_uring(recycle_main, NULL);
+  CHECK_EQ(unsetenv("WEFT_URING_PBUF"), 0); /* the default: off */
+  run_on_uring(plain_main, NULL);
+  CHECK_EQ(setenv("WEFT_URING_PBUF", "1", 1), 0);
+  static check_child res;
+  check_child_run(no_pbuf_child, NULL, &res, 30);
+  CHECK_EXITED(res, 0);
+  CHECK_STR_EQ(res.err, "");
+  CHECK_EQ(unsetenv("WEFT_URING_PBUF"), 0);
+  CHECK_EQ(check_fd_count(), fds);
+  printf("  multishot recv: queue, peek, waitall, dontwait, end, bound, "
+         "%d sockets past the ring, 500 closed with data queued, off, no buffer "
+         "rings in the kernel: ok\n",
+         NSOCK);
+}
+
 int main(void) {
   weft_loop *probe = weft_loop_new(&uring);
   CHECK(probe);
@@ -474,6 +730,7 @@ int main(void) {
   test_free_in_flight();
   test_file();
   test_accept();
+  test_multishot_recv();
   printf("test_uring: ok\n");
   return 0;
 }

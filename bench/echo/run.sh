@@ -11,8 +11,9 @@
 #   bench/echo/run.sh            (or bench/run.sh echo)
 #   URING=1 bench/echo/run.sh    (or bench/run.sh echo-uring) the io_uring
 #                                comparison alone: SERVERS="weft weft_uring
-#                                uring epoll" CONFIGS="50:64:1 50:64:16
-#                                1000:64:1" unless those are set
+#                                weft_uring_pbuf uring epoll" CONFIGS="50:64:1
+#                                50:4096:1 50:64:16 1000:64:1" unless those
+#                                are set
 #
 # For each configuration (N connections, S-byte messages, P in flight on
 # each) and each server present: the server starts pinned to CPU 0, the
@@ -34,15 +35,16 @@
 #   _sc_*        with SYSCALLS=1: the server's system calls per message
 # and, for every server but epoll and each configuration,
 #   echo_ratio_SERVER_vs_epoll_nN_sS_pP_cpu_total   x (and _cpu_user)
-# its median CPU per message over the epoll server's; and when both weft
-# servers ran,
+# its median CPU per message over the epoll server's; and when weft and
+# weft_uring (or weft_uring_pbuf) ran,
 #   echo_ratio_weft_uring_vs_weft_nN_sS_pP_cpu_total   x (and _cpu_user)
 # weft on its io_uring backend over weft on its epoll backend.
 #
-# The servers: weft (bench/echo/weft_server.c, on weft's default backend,
-# epoll), weft_uring (the same program with WEFT_BACKEND=io_uring; a run in
+# The servers: weft (bench/echo/weft_server.c, on weft's epoll backend:
+# WEFT_BACKEND=epoll), weft_uring (the same program with WEFT_BACKEND=io_uring; a run in
 # which it has no io_uring instance, weft having fallen back to epoll, is
-# reported and left out), epoll (epoll_server.c, the limit for epoll),
+# reported and left out), weft_uring_pbuf (the same with WEFT_URING_PBUF=1:
+# multishot recv into provided buffers instead of a recv request per call), epoll (epoll_server.c, the limit for epoll),
 # uring (uring_server.c, liburing: the limit for io_uring), and the peers
 # uv, ev, go, asyncio, uvloop.
 #
@@ -102,8 +104,8 @@ STEAL_MAX=${STEAL_MAX:-10}
 SYSCALLS=${SYSCALLS:-0}
 URING=${URING:-0}
 if [ "$URING" = 1 ]; then
-  SERVERS=${SERVERS:-weft weft_uring uring epoll}
-  CONFIGS=${CONFIGS:-50:64:1 50:64:16 1000:64:1}
+  SERVERS=${SERVERS:-weft weft_uring weft_uring_pbuf uring epoll}
+  CONFIGS=${CONFIGS:-50:64:1 50:4096:1 50:64:16 1000:64:1}
 fi
 SERVERS=${SERVERS:-weft weft_uring epoll uring uv ev go asyncio uvloop}
 CONFIGS=${CONFIGS:-50:64:1 50:4096:1 50:64:16}
@@ -176,15 +178,15 @@ want_peer() { # peer package -> 0 if the package is there (now)
 declare -A have=()
 for s in $SERVERS; do
   case $s in
-    weft | weft_uring | epoll) have[$s]=1 ;;
+    weft | weft_uring | weft_uring_pbuf | epoll) have[$s]=1 ;;
     uring) want_peer uring liburing-dev && have[uring]=1 ;;
     uv) want_peer uv libuv1-dev && have[uv]=1 ;;
     ev) want_peer ev libev-dev && have[ev]=1 ;;
     go) want_peer go golang-go && have[go]=1 ;;
     asyncio) want_peer asyncio python3 && have[asyncio]=1 ;;
     uvloop) want_peer uvloop python3-uvloop && have[uvloop]=1 ;;
-    *) die "unknown server '$s' (weft weft_uring epoll uring uv ev go" \
-      "asyncio uvloop)" ;;
+    *) die "unknown server '$s' (weft weft_uring weft_uring_pbuf epoll uring uv" \
+      "ev go asyncio uvloop)" ;;
   esac
 done
 
@@ -220,8 +222,8 @@ case $btype in
 esac
 [ -z "$sanitize" ] || note "warning: $BUILD is built with $sanitize sanitizer"
 
-for s in weft weft_uring epoll uring uv ev; do
-  b=${s%_uring} # weft_uring is echo_server_weft
+for s in weft weft_uring weft_uring_pbuf epoll uring uv ev; do
+  b=${s%_uring*} # weft_uring, weft_uring_pbuf: echo_server_weft
   [ "$s" != uring ] || b=uring
   if [ -n "${have[$s]:-}" ] && { [ ! -x "$bin/echo_server_$b" ] ||
     [ -n "${stale[echo_server_$b]:-}" ]; }; then
@@ -329,6 +331,10 @@ server_cmd() { # server -> the command, in the array cmd
     asyncio | uvloop) cmd=("$PYTHON" "$here/${1}_server.py") ;;
     go) cmd=(env GOMAXPROCS=1 "$bin/echo_server_go") ;;
     weft_uring) cmd=(env WEFT_BACKEND=io_uring "$bin/echo_server_weft") ;;
+    weft_uring_pbuf)
+      cmd=(env WEFT_BACKEND=io_uring WEFT_URING_PBUF=1 "$bin/echo_server_weft")
+      ;;
+    weft) cmd=(env WEFT_BACKEND=epoll "$bin/echo_server_weft") ;;
     *) cmd=("$bin/echo_server_$1") ;;
   esac
 }
@@ -390,7 +396,7 @@ run_once() { # server conns size depth
   if ! listening "$port"; then
     note "$prefix: the $name server did not listen on port $port"
     rc=1
-  elif [ "$name" = weft_uring ] && ! has_uring "$server_pid"; then
+  elif [[ $name == weft_uring* ]] && ! has_uring "$server_pid"; then
     note "$prefix: weft has no io_uring instance with WEFT_BACKEND=io_uring"
     note "  (it fell back to epoll, or the backend does not exist yet): skipped"
     rc=2
@@ -469,6 +475,16 @@ done
 # over epoll's, from those medians.
 med=$(mktemp)
 awk -v servers="${order[*]}" -v configs="$CONFIGS" '
+  # The CPU figures of server `name` over those of `base` in configuration c.
+  function ratios(name, base, c,    q, fig, a, b) {
+    for (q = 1; q <= 2; q++) {
+      fig = q == 1 ? "_cpu_total" : "_cpu_user"
+      a = "echo_" name c fig; b = "echo_" base c fig
+      if ((a in mv) && (b in mv) && mv[b] >= 0.005) # shown as 0.00: none
+        printf "echo_ratio_%s_vs_%s%s%s %.2f x\n", name, base, c, fig,
+               mv[a] / mv[b]
+    }
+  }
   { if (!($1 in n)) { order[++k] = $1; unit[$1] = $3 }
     v[$1, ++n[$1]] = $2 }
   END {
@@ -492,22 +508,10 @@ awk -v servers="${order[*]}" -v configs="$CONFIGS" '
     for (j = 1; j <= nc; j++) {
       split(cfg[j], f, ":"); c = "_n" f[1] "_s" f[2] "_p" f[3]
       for (i = 1; i <= ns; i++) {
-        if (srv[i] == "epoll") continue
-        for (q = 1; q <= 2; q++) {
-          fig = q == 1 ? "_cpu_total" : "_cpu_user"
-          a = "echo_" srv[i] c fig; b = "echo_epoll" c fig
-          if ((a in mv) && (b in mv) && mv[b] >= 0.005) # shown as 0.00: none
-            printf "echo_ratio_%s_vs_epoll%s%s %.2f x\n", srv[i], c, fig,
-                   mv[a] / mv[b]
-        }
-      }
-      # weft on io_uring over weft on epoll: the backend alone.
-      for (q = 1; q <= 2; q++) {
-        fig = q == 1 ? "_cpu_total" : "_cpu_user"
-        a = "echo_weft_uring" c fig; b = "echo_weft" c fig
-        if ((a in mv) && (b in mv) && mv[b] >= 0.005)
-          printf "echo_ratio_weft_uring_vs_weft%s%s %.2f x\n", c, fig,
-                 mv[a] / mv[b]
+        if (srv[i] != "epoll")
+          ratios(srv[i], "epoll", c)
+        if (srv[i] ~ /^weft_uring/) # over weft on epoll: the backend alone
+          ratios(srv[i], "weft", c)
       }
     }
   }' "$all" >"$med"
@@ -541,13 +545,19 @@ cat "$med"
       split(cfg[j], f, ":")
       return "echo_" srv[i] "_n" f[1] "_s" f[2] "_p" f[3]
     }
-    function rkey(i, j,    f) {
-      split(cfg[j], f, ":")
-      return "echo_ratio_" srv[i] "_vs_epoll_n" f[1] "_s" f[2] "_p" f[3]
-    }
-    function ukey(j,    f) {
-      split(cfg[j], f, ":")
-      return "echo_ratio_weft_uring_vs_weft_n" f[1] "_s" f[2] "_p" f[3]
+    # A row: the CPU figures of server i over those of server base.
+    function ratio_row(i, base,    j, f, p, row) {
+      row = "| " srv[i] " |"
+      for (j = 1; j <= nc; j++) {
+        split(cfg[j], f, ":")
+        p = "echo_ratio_" srv[i] "_vs_" base "_n" f[1] "_s" f[2] "_p" f[3]
+        if ((p "_cpu_total") in v)
+          row = row sprintf(" %.2fx | %.2fx |", v[p "_cpu_total"],
+                            v[p "_cpu_user"])
+        else
+          row = row " - | - |"
+      }
+      print row
     }
     END {
       ns = split(servers, srv, " "); nc = split(configs, cfg, " ")
@@ -575,26 +585,16 @@ cat "$med"
       has_ratio = 0; has_uratio = 0
       for (name in v) {
         if (name ~ /^echo_ratio_.*_vs_epoll_/) has_ratio = 1
-        if (name ~ /^echo_ratio_weft_uring_vs_weft_/) has_uratio = 1
+        if (name ~ /^echo_ratio_weft_uring(_pbuf)?_vs_weft_/) has_uratio = 1
       }
       if (has_ratio) {
         print ""
         print "Server CPU per message over the epoll server'"'"'s:"
         print ""
         hdr("cpu | user |", "--:|--:|")
-        for (i = 1; i <= ns; i++) {
-          if (srv[i] == "epoll") continue
-          row = "| " srv[i] " |"
-          for (j = 1; j <= nc; j++) {
-            p = rkey(i, j)
-            if ((p "_cpu_total") in v)
-              row = row sprintf(" %.2fx | %.2fx |", v[p "_cpu_total"],
-                                v[p "_cpu_user"])
-            else
-              row = row " - | - |"
-          }
-          print row
-        }
+        for (i = 1; i <= ns; i++)
+          if (srv[i] != "epoll")
+            ratio_row(i, "epoll")
       }
       if (has_uratio) {
         print ""
@@ -602,16 +602,9 @@ cat "$med"
               " per message:"
         print ""
         hdr("cpu | user |", "--:|--:|")
-        row = "| weft_uring |"
-        for (j = 1; j <= nc; j++) {
-          p = ukey(j)
-          if ((p "_cpu_total") in v)
-            row = row sprintf(" %.2fx | %.2fx |", v[p "_cpu_total"],
-                              v[p "_cpu_user"])
-          else
-            row = row " - | - |"
-        }
-        print row
+        for (i = 1; i <= ns; i++)
+          if (srv[i] ~ /^weft_uring/)
+            ratio_row(i, "weft")
       }
       if (sc == 1) {
         print ""
