@@ -41,6 +41,17 @@
 #define CHECK_ASAN 0
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+#define CHECK_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CHECK_TSAN 1
+#endif
+#endif
+#ifndef CHECK_TSAN
+#define CHECK_TSAN 0
+#endif
+
 #define CHECK(cond)                                                            \
   do {                                                                         \
     if (!(cond)) {                                                             \
