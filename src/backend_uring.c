@@ -1037,8 +1037,6 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
         break;
       continue;
     }
-    if (got && !all)
-      break;
     if (r->err) {
       if (got)
         break;
