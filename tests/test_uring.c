@@ -74,6 +74,13 @@ static void pair(int sv[2]) {
 }
 
 /* ---- the fallback ------------------------------------------------------- */
+/* From here on this process runs under the seccomp filter f. */
+static void install_filter(struct sock_filter *f, size_t n) {
+  struct sock_fprog prog = {(unsigned short)n, f};
+  CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+  CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+}
+
 /* From here on io_uring_setup fails with err in this process. */
 static void forbid_io_uring(int err) {
   struct sock_filter f[] = {
@@ -83,9 +90,7 @@ static void forbid_io_uring(int err) {
                SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA)),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
-  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
-  CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-  CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+  install_filter(f, sizeof f / sizeof f[0]);
 }
 
 static void *echo_once(void *arg) {
@@ -509,14 +514,21 @@ static int kernel_queued(int fd) {
 /* Lets the loop reap what the kernel brought (a turn that polls). */
 static void settle(void) { CHECK_EQ(weft_sleep(WEFT_MS(2)), 0); }
 
+/* A socketpair whose first end weft has read once: with multishot recv
+ * on, its request is armed from then on. */
+static void armed_pair(int sv[2]) {
+  char c;
+  pair(sv);
+  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
+  CHECK_EQ(weft_recv(sv[0], &c, 1, 0), 1);
+}
+
 static void *rx_main(void *arg) {
   (void)arg;
   int sv[2];
-  pair(sv);
   char buf[256];
   /* The first call arms the request; it stays armed between calls. */
-  CHECK_EQ(send(sv[1], "a", 1, 0), 1);
-  CHECK_EQ(weft_recv(sv[0], buf, sizeof buf, 0), 1);
+  armed_pair(sv);
   CHECK_EQ(send(sv[1], "hello ", 6, 0), 6);
   CHECK_EQ(send(sv[1], "world", 5, 0), 5);
   settle();
@@ -562,10 +574,8 @@ static void *rx_main(void *arg) {
 static void *bounded_main(void *arg) {
   (void)arg;
   int sv[2];
-  pair(sv);
   unsigned char buf[1000];
-  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
-  CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+  armed_pair(sv);
   for (int i = 0; i < FLOOD; i++) {
     memset(buf, (unsigned char)i, 100);
     CHECK_EQ(send(sv[1], buf, 100, 0), 100);
@@ -599,9 +609,7 @@ static void *nobufs_main(void *arg) {
   int sv[NSOCK][2];
   unsigned char buf[2048];
   for (int i = 0; i < NSOCK; i++) {
-    pair(sv[i]);
-    CHECK_EQ(send(sv[i][1], "x", 1, 0), 1);
-    CHECK_EQ(weft_recv(sv[i][0], buf, 1, 0), 1);
+    armed_pair(sv[i]);
   }
   for (int p = 0; p < PIECES; p++) {
     for (int i = 0; i < NSOCK; i++) {
@@ -633,9 +641,7 @@ static void *recycle_main(void *arg) {
   unsigned char buf[64] = {0};
   for (int i = 0; i < 500; i++) {
     int sv[2];
-    pair(sv);
-    CHECK_EQ(send(sv[1], "x", 1, 0), 1);
-    CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+    armed_pair(sv);
     for (int p = 0; p < 4; p++) {
       CHECK_EQ(send(sv[1], buf, 32, 0), 32);
       CHECK_EQ(weft_yield(), 0);
@@ -645,9 +651,7 @@ static void *recycle_main(void *arg) {
     CHECK_EQ(weft_close(sv[1]), 0);
   }
   int sv[2];
-  pair(sv);
-  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
-  CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+  armed_pair(sv);
   CHECK_EQ(send(sv[1], "more", 4, 0), 4);
   settle();
   CHECK_EQ(kernel_queued(sv[0]), 0); /* taken into a ring buffer */
@@ -662,10 +666,8 @@ static void *recycle_main(void *arg) {
 static void *plain_main(void *arg) {
   (void)arg;
   int sv[2];
-  pair(sv);
   char buf[16];
-  CHECK_EQ(send(sv[1], "x", 1, 0), 1);
-  CHECK_EQ(weft_recv(sv[0], buf, 1, 0), 1);
+  armed_pair(sv);
   CHECK_EQ(send(sv[1], "kept", 4, 0), 4);
   settle();
   CHECK_EQ(kernel_queued(sv[0]), 4);
@@ -689,9 +691,7 @@ static void no_pbuf_child(void *arg) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
-  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
-  CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-  CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+  install_filter(f, sizeof f / sizeof f[0]);
   run_on_uring(plain_main, NULL);
 }
 
