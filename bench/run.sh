@@ -3,8 +3,10 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor|files]
-#                                          (no argument: all eight)
+#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor|files|pages]
+#                                          (no argument: all nine; pages is
+#                                          the machine's cost of a page
+#                                          after a system call, no weft)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
 #                                          (its own environment: DURATION, ...)
 #   bench/run.sh echo-uring                the same, the io_uring comparison
@@ -63,8 +65,8 @@ die() { note "$*"; exit 1; }
 what=${1:-all}
 case $what in
   all | switch | spawn | tasks | timers | future | chan | executor | files | \
-    echo | echo-uring) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|echo|echo-uring]" ;;
+    pages | echo | echo-uring) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|pages|echo|echo-uring]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -505,10 +507,18 @@ bench_files() {
   report
 }
 
+# What a page costs right after a system call (bench/pages.c): the
+# machine's figure behind WEFT__HOT, for reading the echo figures.
+bench_pages() {
+  local i
+  for ((i = 0; i < REPEAT; i++)); do run1 "$bin/bench_pages"; done
+  report
+}
+
 case $what in
   all)
     bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future
-    bench_chan; bench_executor; bench_files
+    bench_chan; bench_executor; bench_files; bench_pages
     ;;
   *) "bench_$what" ;;
 esac

@@ -63,7 +63,7 @@ static void epoll_fini(weft_loop *loop) {
 
 /* One wait; ns precision with epoll_pwait2 (Linux 5.11), else whole
  * milliseconds rounded up, so that a timer is never woken for early. */
-static int wait_events(epoll_state *st, int64_t timeout) {
+static WEFT__HOT int wait_events(epoll_state *st, int64_t timeout) {
   if (timeout < 0)
     return epoll_wait(st->epfd, st->events, st->cap, -1);
   if (!__atomic_load_n(&no_pwait2, __ATOMIC_RELAXED)) {
@@ -79,7 +79,7 @@ static int wait_events(epoll_state *st, int64_t timeout) {
                     ms > INT_MAX ? INT_MAX : (int)ms);
 }
 
-static int epoll_poll(weft_loop *loop, int64_t timeout) {
+static WEFT__HOT int epoll_poll(weft_loop *loop, int64_t timeout) {
   epoll_state *st = loop->backend_data;
   int n = wait_events(st, timeout);
   if (n < 0)

@@ -79,7 +79,7 @@ static void poll_unwatch(weft_loop *loop, int fd, weft__fd *e, int closing) {
   e->flags &= (uint8_t)~FD_WATCHED;
 }
 
-static int poll_poll(weft_loop *loop, int64_t timeout) {
+static WEFT__HOT int poll_poll(weft_loop *loop, int64_t timeout) {
   poll_state *st = loop->backend_data;
   struct timespec ts = {(time_t)(timeout / 1000000000),
                         (long)(timeout % 1000000000)};

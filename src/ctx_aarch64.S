@@ -27,7 +27,9 @@
  * x30 = weft__ctx_trampoline. `arg` comes back in x0, which is also entry's
  * first argument for a fresh context.
  */
-	.text
+/* With the hot C code of the loop (WEFT__HOT in internal.h): every park
+ * and wake-up runs through here. */
+	.section .text.hot.weft_ctx,"ax",%progbits
 	.globl weft__ctx_jump
 	.hidden weft__ctx_jump
 	.type weft__ctx_jump,%function

@@ -52,7 +52,9 @@
 	movq %rdx, %rdi
 .endm
 
-	.text
+/* With the hot C code of the loop (WEFT__HOT in internal.h): every park
+ * and wake-up runs through here. */
+	.section .text.hot.weft_ctx,"ax",@progbits
 /* Called (tasks). The return-address predictor pairs this jump's `ret` with
  * the `call` that suspended the side being resumed whenever tasks switch
  * like calls and returns (a task parks, another runs and ends or parks, the

@@ -11,12 +11,16 @@
  * healthy, and check that weft gives the documented result.
  *
  * Not exported (weft.map exports weft_[!_]* only): the tests link the
- * static library and include this header. Neither the hook nor its
- * argument is thread-safe: set them while no loop runs I/O on another
- * thread.
+ * static library and include this header. The hook and its argument belong
+ * to the thread that sets them: they apply to the I/O of the loops running
+ * on that thread. (Thread-local, too, because the hot path reads the hook
+ * on every call: the thread's own block, which the C library's system-call
+ * wrappers touch anyway, instead of a page of globals; see WEFT__HOT.)
  */
 #ifndef WEFT_FAULT_H
 #define WEFT_FAULT_H
+
+#include "ctx.h" /* WEFT__TLS */
 
 #include <stddef.h>
 
@@ -34,7 +38,7 @@
  * per system call. */
 typedef int (*weft__fault_fn)(int kind, int fd, size_t len, void *arg);
 
-extern weft__fault_fn weft__fault_hook;
-extern void *weft__fault_arg; /* passed to the hook as `arg` */
+extern WEFT__TLS weft__fault_fn weft__fault_hook;
+extern WEFT__TLS void *weft__fault_arg; /* passed to the hook as `arg` */
 
 #endif

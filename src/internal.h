@@ -26,6 +26,18 @@
 #include <pthread.h>
 #include <stdint.h>
 
+/* The code that every I/O call, park, wake-up and turn of the loop runs
+ * through, kept together in .text.hot (GCC's `hot` attribute; the linker
+ * gathers those sections, and the cold blocks of these functions still go
+ * to .text.unlikely). On a kernel with page-table isolation and no PCID,
+ * as on the VMs weft is measured on, every system call empties the TLB, so
+ * each distinct page the code touches between two calls costs a page
+ * walk: spread over the library, these functions covered thirteen pages,
+ * six of them between one task's send and the next task's recv; together
+ * they take three. Mark only what runs per operation: tests/hot_layout.sh
+ * checks that they stay together. */
+#define WEFT__HOT __attribute__((hot))
+
 /* Task states. A task is READY in the ready queue, RUNNING on the CPU,
  * WAITING when parked on something, DONE once fn has returned. */
 enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
@@ -44,23 +56,23 @@ typedef void (*weft__undo_fn)(weft_task *t, void *arg);
  * which one (an fd number, a deadline, an address, a task id). */
 enum {
   WAIT_NONE,
-  WAIT_FD_READ,  /* detail: the fd */
-  WAIT_FD_WRITE, /* detail: the fd */
-  WAIT_TIMER,    /* detail: the deadline */
-  WAIT_FUTURE,   /* detail: the future's address */
-  WAIT_JOIN,     /* detail: the joined task's id */
-  WAIT_GROUP,    /* detail: the group's address */
-  WAIT_MUTEX,    /* detail: the mutex's address */
-  WAIT_COND,     /* detail: the condition variable's address */
-  WAIT_SEM,      /* detail: the semaphore's address */
-  WAIT_EVENT,    /* detail: the event's address */
-  WAIT_SEND,     /* detail: the channel's address */
-  WAIT_RECV,     /* detail: the channel's address */
-  WAIT_SELECT,   /* detail: the number of cases */
-  WAIT_MAILBOX,  /* detail: the actor's address (its recv) */
+  WAIT_FD_READ,      /* detail: the fd */
+  WAIT_FD_WRITE,     /* detail: the fd */
+  WAIT_TIMER,        /* detail: the deadline */
+  WAIT_FUTURE,       /* detail: the future's address */
+  WAIT_JOIN,         /* detail: the joined task's id */
+  WAIT_GROUP,        /* detail: the group's address */
+  WAIT_MUTEX,        /* detail: the mutex's address */
+  WAIT_COND,         /* detail: the condition variable's address */
+  WAIT_SEM,          /* detail: the semaphore's address */
+  WAIT_EVENT,        /* detail: the event's address */
+  WAIT_SEND,         /* detail: the channel's address */
+  WAIT_RECV,         /* detail: the channel's address */
+  WAIT_SELECT,       /* detail: the number of cases */
+  WAIT_MAILBOX,      /* detail: the actor's address (its recv) */
   WAIT_MAILBOX_FULL, /* detail: the actor's address (a send to it) */
-  WAIT_EXECUTOR, /* detail: the function running on the pool */
-  WAIT_OTHER,    /* detail: an address */
+  WAIT_EXECUTOR,     /* detail: the function running on the pool */
+  WAIT_OTHER,        /* detail: an address */
 };
 
 /* Scope flags (weft_scope.priv_flags). */
@@ -81,8 +93,8 @@ struct weft_task {
   weft_task *next_ready; /* link in the loop's ready queue */
   weft_task *prev_live;  /* links in the loop's list of live tasks */
   weft_task *next_live;
-  weft_task *joiner;  /* the task waiting in weft_join, if any */
-  weft_scope *scope;  /* its innermost cancel scope, or NULL */
+  weft_task *joiner;    /* the task waiting in weft_join, if any */
+  weft_scope *scope;    /* its innermost cancel scope, or NULL */
   int64_t waits_detail; /* what it is parked on (WAIT_*), for weft_dump */
   weft__undo_fn undo;   /* takes it off that on cancellation */
   void *undo_arg;
@@ -125,6 +137,7 @@ typedef struct weft__callback {
 
 typedef struct weft__fd weft__fd;
 typedef struct weft__backend weft__backend;
+struct weft__op; /* one I/O operation (backend.h) */
 
 struct weft_loop {
   weft__ctx ctx;         /* the loop's own flow (the thread's stack) */
@@ -175,13 +188,13 @@ struct weft_loop {
   pthread_mutex_t ts_lock;
   weft__callback *ts_q, *ts_run; /* queued; being run (swapped) */
   size_t ts_len, ts_cap, ts_run_cap;
-  int ts_pending;   /* atomic: ts_len != 0 */
-  int ts_signalled; /* the eventfd was written since the loop last blocked */
-  int wake_fd;      /* read end of the wake-up (eventfd), in fds[] */
-  int wake_wfd;     /* its write end (the same fd for an eventfd) */
-  int refs;         /* atomic: weft_loop_ref minus weft_loop_unref */
-  int quit_fd;      /* WEFT_DEBUG: SIGQUIT's signalfd while running, or -1 */
-  int debug;        /* WEFT_DEBUG was set when the run began */
+  int ts_pending;      /* atomic: ts_len != 0 */
+  int ts_signalled;    /* the eventfd was written since the loop last blocked */
+  int wake_fd;         /* read end of the wake-up (eventfd), in fds[] */
+  int wake_wfd;        /* its write end (the same fd for an eventfd) */
+  int refs;            /* atomic: weft_loop_ref minus weft_loop_unref */
+  int quit_fd;         /* WEFT_DEBUG: SIGQUIT's signalfd while running, or -1 */
+  int debug;           /* WEFT_DEBUG was set when the run began */
   int64_t slice_start; /* WEFT_DEBUG: when the running task got the CPU */
 
   /* The executor (executor.c): its pool, NULL until the first job, and
@@ -204,6 +217,11 @@ struct weft_loop {
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
+  /* backend->io and backend->per_wait, copied here because every I/O call
+   * and fd wake-up reads them: the loop's own memory instead of one more
+   * page (the backend's table) after each system call (see WEFT__HOT). */
+  ssize_t (*io)(weft_loop *loop, struct weft__op *op);
+  int per_wait;
   void *backend_data; /* the backend's own state */
   weft__fd *fds;      /* indexed by fd number, grown on demand */
   size_t nfds;        /* entries in fds */
@@ -249,8 +267,8 @@ void weft__run_ready(weft_loop *loop);
 #define WEFT__BATCH 64
 
 /* I/O calls that complete at once, in a row (a call that parks starts the
- * count again), after which the calling task yields (io.c): a task whose socket always has data
- * cannot keep the others, or the loop's own poll, waiting. */
+ * count again), after which the calling task yields (io.c): a task whose socket
+ * always has data cannot keep the others, or the loop's own poll, waiting. */
 #define WEFT__IO_BUDGET 128
 
 /* Cancels every parked task of the loop: they can never be woken (task.c). */

@@ -144,7 +144,7 @@ static uint8_t wanted_by(const weft__fd *e) {
 }
 
 /* Takes w off its fd's list and tells the backend if less is wanted. */
-void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
+WEFT__HOT void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
   const int fd = w->fd;
   weft__fd *e = &loop->fds[fd];
   w->fd = -1; /* off the list: a second unlink is a bug the owner avoids */
@@ -155,7 +155,7 @@ void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
   if (w->next)
     w->next->prev = w->prev;
   loop->nwaiters--;
-  if (!loop->backend->per_wait || !w->events) /* events 0: wanted stays */
+  if (!loop->per_wait || !w->events) /* events 0: wanted stays */
     return;
   uint8_t wanted = wanted_by(e);
   if (wanted != e->wanted) {
@@ -168,7 +168,7 @@ static void undo_wait(weft_task *t, void *arg) {
   weft__waiter_unlink(t->loop, arg);
 }
 
-void weft__waiter_link(weft_loop *loop, weft__waiter *w) {
+WEFT__HOT void weft__waiter_link(weft_loop *loop, weft__waiter *w) {
   weft__fd *e = &loop->fds[w->fd];
   /* Append: waiters are woken in the order they came. */
   weft__waiter **p = &e->waiters;
@@ -183,14 +183,14 @@ void weft__waiter_link(weft_loop *loop, weft__waiter *w) {
 
 /* Parks the running task until fd has one of `events`; 0 and *revents, or
  * a negative errno (-ECANCELED, -EBADF when weft_close closes fd). */
-static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
+static WEFT__HOT int wait_on(weft_loop *loop, int fd, int events,
+                             int *revents) {
   weft__fd *e = &loop->fds[fd];
   weft__waiter w = {weft__running_task(), fd, events, 0, NULL, NULL};
   weft__waiter_link(loop, &w);
   uint8_t old = e->wanted;
   e->wanted |= (uint8_t)events;
-  if (!(e->flags & FD_WATCHED) ||
-      (loop->backend->per_wait && e->wanted != old)) {
+  if (!(e->flags & FD_WATCHED) || (loop->per_wait && e->wanted != old)) {
     int rc = loop->backend->watch(loop, fd, e);
     if (rc < 0) {
       weft__waiter_unlink(loop, &w);
@@ -206,7 +206,7 @@ static int wait_on(weft_loop *loop, int fd, int events, int *revents) {
   return 0;
 }
 
-void weft__fd_event(weft_loop *loop, int fd, int events) {
+WEFT__HOT void weft__fd_event(weft_loop *loop, int fd, int events) {
   if (fd < 0 || (size_t)fd >= loop->nfds)
     return;
   weft__fd *e = &loop->fds[fd];
@@ -278,8 +278,8 @@ note_short(int kind, weft__fd *e, const weft__op *op, ssize_t n, size_t len) {
 }
 
 /* ---- failure injection (fault.h) -------------------------------------- */
-weft__fault_fn weft__fault_hook;
-void *weft__fault_arg;
+WEFT__TLS weft__fault_fn weft__fault_hook;
+WEFT__TLS void *weft__fault_arg;
 
 /* try_op and note_short when the fault hook is set: the hook decides
  * whether the call is made, and with how many bytes. A call it shortened
@@ -448,28 +448,28 @@ static inline __attribute__((always_inline)) ssize_t run_op(weft__op *op,
   weft_loop *loop = weft__loop_running;
   if (!loop || !loop->current)
     return -EINVAL;
-  if (__builtin_expect(loop->backend->io == weft__io_readiness, 1))
+  if (__builtin_expect(loop->io == weft__io_readiness, 1))
     return readiness(loop, op, kind);
-  return loop->backend->io(loop, op);
+  return loop->io(loop, op);
 }
 
-ssize_t weft_read(int fd, void *buf, size_t len) {
+WEFT__HOT ssize_t weft_read(int fd, void *buf, size_t len) {
   weft__op op = {.kind = OP_READ, .fd = fd, .buf = buf, .len = len};
   return run_op(&op, OP_READ);
 }
 
-ssize_t weft_write(int fd, const void *buf, size_t len) {
+WEFT__HOT ssize_t weft_write(int fd, const void *buf, size_t len) {
   weft__op op = {.kind = OP_WRITE, .fd = fd, .buf = (void *)buf, .len = len};
   return run_op(&op, OP_WRITE);
 }
 
-ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
+WEFT__HOT ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
   weft__op op = {
       .kind = OP_RECV, .fd = fd, .buf = buf, .len = len, .flags = flags};
   return run_op(&op, OP_RECV);
 }
 
-ssize_t weft_send(int fd, const void *buf, size_t len, int flags) {
+WEFT__HOT ssize_t weft_send(int fd, const void *buf, size_t len, int flags) {
   weft__op op = {.kind = OP_SEND,
                  .fd = fd,
                  .buf = (void *)buf,
@@ -502,7 +502,7 @@ ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
   return run_op(&op, OP_SENDTO);
 }
 
-ssize_t weft_write_all(int fd, const void *buf, size_t len) {
+WEFT__HOT ssize_t weft_write_all(int fd, const void *buf, size_t len) {
   const char *p = buf;
   size_t done = 0;
   while (done < len) {
@@ -551,7 +551,7 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
   for (;;) {
     weft__op op = {
         .kind = OP_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen};
-    ssize_t c = loop->backend->io(loop, &op);
+    ssize_t c = loop->io(loop, &op);
     if (c >= 0) {
       weft__fd_adopt((int)c, 1);
       return (int)c;

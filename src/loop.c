@@ -74,8 +74,9 @@ static void uring_notice(int err) {
           why ? why : strerror(err), backend_named(NULL)->name);
 #else
   (void)err;
-  fprintf(stderr, "weft: io_uring unavailable (built without liburing); "
-                  "using %s\n",
+  fprintf(stderr,
+          "weft: io_uring unavailable (built without liburing); "
+          "using %s\n",
           backend_named(NULL)->name);
 #endif
 }
@@ -225,6 +226,14 @@ void weft_loop_unref(weft_loop *loop) {
 }
 
 /* ---- loops ------------------------------------------------------------ */
+/* The loop's backend, and the copies of its fields that the I/O paths
+ * read (internal.h). */
+static void use_backend(weft_loop *loop, const weft__backend *backend) {
+  loop->backend = backend;
+  loop->io = backend->io;
+  loop->per_wait = backend->per_wait;
+}
+
 weft_loop *weft_loop_new(const weft_config *cfg) {
   const char *name =
       cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
@@ -248,7 +257,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   }
   loop->spare_fd = -1;
   loop->io_budget = WEFT__IO_BUDGET;
-  loop->backend = backend;
+  use_backend(loop, backend);
   loop->wake_fd = loop->wake_wfd = -1;
   loop->quit_fd = -1;
   int rc = backend->init(loop);
@@ -261,7 +270,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
 #endif
   if (rc < 0 && want_uring && kernel_said) {
     uring_notice(-rc);
-    loop->backend = backend = backend_named(NULL);
+    use_backend(loop, backend = backend_named(NULL));
     rc = backend->init(loop);
   }
   if (rc < 0) {
@@ -452,23 +461,10 @@ void weft__quit_fd_read(weft_loop *loop) {
 #endif
 }
 
-int weft_loop_run(weft_loop *loop) {
-  if (!loop || loop->running || weft__loop_running ||
-      !pthread_equal(loop->thread, pthread_self()))
-    return -EINVAL;
-  int saved_errno = errno;
-  int debug = debug_enabled();
-  sig_guard guard;
-  sig_block(&guard, debug);
-  weft_gen *saved_gen = weft__gen_running;
-  weft__loop_running = loop;
-  loop->errno_at = &errno;
-  loop->running = 1;
-  loop->debug = debug;
-  loop->slice_start = 0;
-  if (debug)
-    quit_open(loop);
-  loop->stop = 0;
+/* The turns of the loop, until nothing is left (0), it is stopped (1) or
+ * the backend fails (its negative errno). Not inlined into weft_loop_run,
+ * whose set-up is cold, so that it goes with the hot code. */
+static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
   int rc = 0;
   for (;;) {
     /* The clock is read here only if a timer may be due; else lazily. */
@@ -533,6 +529,27 @@ int weft_loop_run(weft_loop *loop) {
       break;
     rc = 0;
   }
+  return rc;
+}
+
+int weft_loop_run(weft_loop *loop) {
+  if (!loop || loop->running || weft__loop_running ||
+      !pthread_equal(loop->thread, pthread_self()))
+    return -EINVAL;
+  int saved_errno = errno;
+  int debug = debug_enabled();
+  sig_guard guard;
+  sig_block(&guard, debug);
+  weft_gen *saved_gen = weft__gen_running;
+  weft__loop_running = loop;
+  loop->errno_at = &errno;
+  loop->running = 1;
+  loop->debug = debug;
+  loop->slice_start = 0;
+  if (debug)
+    quit_open(loop);
+  loop->stop = 0;
+  int rc = run_turns(loop);
   loop->running = 0;
   weft__loop_running = NULL;
   weft__gen_running = saved_gen;

@@ -99,7 +99,7 @@ static void record_free(weft_loop *loop, weft_task *t) {
 
 /* ---- the ready queue -------------------------------------------------- */
 static inline __attribute__((always_inline)) void push_ready(weft_loop *loop,
-                                                          weft_task *t) {
+                                                             weft_task *t) {
   t->state = TASK_READY;
   t->next_ready = NULL;
   if (loop->ready_tail)
@@ -238,8 +238,10 @@ static void task_entry(void *p) {
   /* A scope still entered lives in a frame that is gone, and its timer
    * would fire into it: a bug in the program, caught here. */
   if (t->scope) {
-    fprintf(stderr, "weft: task %llu returned inside a scope (weft_scope_exit "
-            "missing)\n", (unsigned long long)t->id);
+    fprintf(stderr,
+            "weft: task %llu returned inside a scope (weft_scope_exit "
+            "missing)\n",
+            (unsigned long long)t->id);
     abort();
   }
   if (t->on_exit)
@@ -331,7 +333,7 @@ static void shuffle_ready(weft_loop *loop) {
     loop->ready_head = shuffle(loop, loop->ready_head, n, &loop->ready_tail);
 }
 
-void weft__run_ready(weft_loop *loop) {
+WEFT__HOT void weft__run_ready(weft_loop *loop) {
   /* A turn runs the tasks that were ready when it began, then those woken
    * meanwhile (pick_next); one that yields runs after the callbacks and
    * I/O of the next turn. */
@@ -364,7 +366,8 @@ park_now(weft_task *t, int what, int64_t detail, weft__undo_fn undo,
   return t->wake_rc;
 }
 
-int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg) {
+WEFT__HOT int weft__park(int what, int64_t detail, weft__undo_fn undo,
+                         void *arg) {
   weft_task *t = running_task();
   if (!t)
     return -EINVAL;
@@ -388,7 +391,7 @@ int weft__park_raw(int what, int64_t detail) {
   return park_now(running_task(), what, detail, NULL, NULL);
 }
 
-void weft__wake(weft_task *t, int rc) {
+WEFT__HOT void weft__wake(weft_task *t, int rc) {
   if (t->state != TASK_WAITING)
     return;
   t->wake_rc = rc;
@@ -441,8 +444,9 @@ int weft_sleep(int64_t delay) {
   if (rc < 0)
     return rc;
   weft_loop *loop = t->loop;
-  int64_t deadline =
-      delay > WEFT_NEVER - weft__turn_now(loop) ? WEFT_NEVER : loop->now + delay;
+  int64_t deadline = delay > WEFT_NEVER - weft__turn_now(loop)
+                         ? WEFT_NEVER
+                         : loop->now + delay;
   weft__timer_rec *r = weft__timer_arm(loop, deadline, wake_sleeper, t);
   if (!r)
     return -ENOMEM;
@@ -584,7 +588,7 @@ weft_task *weft_self(void) {
   return t ? handle_of(t) : NULL;
 }
 
-int weft_yield(void) {
+WEFT__HOT int weft_yield(void) {
   weft_task *t = running_task();
   if (!t)
     return -EINVAL;

@@ -67,7 +67,8 @@ typedef union timer_call {
 typedef struct timer_chunk_head {
   weft_loop *loop; /* the loop its records belong to */
   void *mem;       /* the allocation it is in */
-  uint32_t index;  /* its number: its records' ids are index * TIMER_CHUNK + slot */
+  uint32_t
+      index; /* its number: its records' ids are index * TIMER_CHUNK + slot */
 } timer_chunk_head;
 
 #define REC_BYTES (TIMER_CHUNK * sizeof(weft__timer_rec))
@@ -78,7 +79,8 @@ typedef struct timer_chunk_head {
 #define CHUNK_MEM (REC_ALIGN + REC_BYTES + TIMER_CHUNK * sizeof(timer_call))
 
 _Static_assert(sizeof(weft__timer_rec) == 24, "24-byte records");
-_Static_assert(REC_BYTES <= REC_ALIGN, "a chunk's records within its alignment");
+_Static_assert(REC_BYTES <= REC_ALIGN,
+               "a chunk's records within its alignment");
 _Static_assert((REC_ALIGN & (REC_ALIGN - 1)) == 0, "a power of two");
 
 static inline timer_chunk_head *head_of(const weft__timer_rec *r) {
@@ -135,7 +137,8 @@ static int add_chunk(weft_loop *loop) {
   void *mem = weft__malloc(CHUNK_MEM);
   if (!mem)
     return -ENOMEM;
-  uintptr_t base = ((uintptr_t)mem + REC_ALIGN - 1) & ~(uintptr_t)(REC_ALIGN - 1);
+  uintptr_t base =
+      ((uintptr_t)mem + REC_ALIGN - 1) & ~(uintptr_t)(REC_ALIGN - 1);
   weft__timer_rec *c = (weft__timer_rec *)base;
   timer_chunk_head *head = (timer_chunk_head *)base;
   head->loop = loop;
@@ -475,12 +478,12 @@ void weft__timer_seq_set(weft_loop *loop, uint32_t seq) {
   loop->seq_next = seq;
 }
 
-int64_t weft__timers_next(weft_loop *loop) {
+WEFT__HOT int64_t weft__timers_next(weft_loop *loop) {
   settle_root(loop);
   return loop->heap_len ? loop->heap[0].deadline : WEFT_NEVER;
 }
 
-void weft__timers_fire(weft_loop *loop) {
+WEFT__HOT void weft__timers_fire(weft_loop *loop) {
   /* Re-read the heap every time: a callback may arm or cancel timers. */
   while (loop->heap_len && loop->heap[0].deadline <= loop->now) {
     weft__heap_entry *h = loop->heap;
@@ -499,7 +502,8 @@ void weft__timers_fire(weft_loop *loop) {
      * not its callback, which is in the other part of the chunk. */
     if (loop->heap_len > 2) {
       uint32_t end = loop->heap_len < 5 ? loop->heap_len : 5;
-      __builtin_prefetch(call_of(rec_at(loop, h[earliest_child(h, 1, end)].id)));
+      __builtin_prefetch(
+          call_of(rec_at(loop, h[earliest_child(h, 1, end)].id)));
     }
     heap_remove(loop, 0);
     rec_free(loop, r, id);
@@ -563,7 +567,7 @@ void weft__call_soon_reserved(weft_loop *loop, void (*cb)(void *), void *arg) {
   loop->cb_len++;
 }
 
-void weft__callbacks_run(weft_loop *loop) {
+WEFT__HOT void weft__callbacks_run(weft_loop *loop) {
   /* Only those queued before this turn: later ones wait for the next. */
   for (size_t n = loop->cb_len; n > 0 && !loop->stop; n--) {
     weft__callback c = loop->cbs[loop->cb_head];
