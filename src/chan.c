@@ -32,12 +32,12 @@ typedef struct select_wait select_wait;
 typedef struct cwaiter {
   weft_task *task;
   weft_chan *chan;
-  void *elem;        /* the element offered (send) or its destination */
-  int op;            /* WEFT_SEND or WEFT_RECV: which queue it is in */
-  int queued;        /* in that queue */
-  int *result;       /* select: the case's result field */
-  select_wait *sel;  /* the select it belongs to, or NULL */
-  size_t index;      /* its case in that select */
+  void *elem;       /* the element offered (send) or its destination */
+  int op;           /* WEFT_SEND or WEFT_RECV: which queue it is in */
+  int queued;       /* in that queue */
+  int *result;      /* select: the case's result field */
+  select_wait *sel; /* the select it belongs to, or NULL */
+  size_t index;     /* its case in that select */
   struct cwaiter *prev, *next;
 } cwaiter;
 
@@ -212,32 +212,31 @@ static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
                     (int64_t)(uintptr_t)c, undo_wait, &w);
 }
 
-int weft_chan_send(weft_chan *c, const void *elem) {
+/* weft_chan_send and weft_chan_recv: done now if it can be, else the
+ * task waits for the other side (outside a task that is -EINVAL). Inlined
+ * into each with `op` a constant, so neither tests it at run time. */
+static inline __attribute__((always_inline)) int chan_op(weft_chan *c,
+                                                         void *elem, int op) {
   weft_task *t = weft__running_task();
   if (!c || !elem)
     return -EINVAL;
   int rc = t ? weft__checkpoint() : 0;
   if (rc < 0)
     return rc;
-  if ((rc = send_now(c, elem)) != -EAGAIN)
+  rc = op == WEFT_SEND ? send_now(c, elem) : recv_now(c, elem);
+  if (rc != -EAGAIN)
     return rc;
   if (!t)
     return -EINVAL; /* it would have to wait, and only a task can */
-  return wait_op(t, c, WEFT_SEND, (void *)elem);
+  return wait_op(t, c, op, elem);
+}
+
+int weft_chan_send(weft_chan *c, const void *elem) {
+  return chan_op(c, (void *)elem, WEFT_SEND);
 }
 
 int weft_chan_recv(weft_chan *c, void *elem) {
-  weft_task *t = weft__running_task();
-  if (!c || !elem)
-    return -EINVAL;
-  int rc = t ? weft__checkpoint() : 0;
-  if (rc < 0)
-    return rc;
-  if ((rc = recv_now(c, elem)) != -EAGAIN)
-    return rc;
-  if (!t)
-    return -EINVAL; /* it would have to wait, and only a task can */
-  return wait_op(t, c, WEFT_RECV, elem);
+  return chan_op(c, elem, WEFT_RECV);
 }
 
 int weft_chan_try_send(weft_chan *c, const void *elem) {

@@ -166,13 +166,18 @@ static int unix_addr(const char *path, struct sockaddr_un *un, socklen_t *len) {
   return 0;
 }
 
+/* A Unix stream socket and path's address, for listen and connect: the
+ * socket, or a negative errno. */
+static int unix_socket(const char *path, struct sockaddr_un *un,
+                       socklen_t *len) {
+  int rc = unix_addr(path, un, len);
+  return rc < 0 ? rc : new_socket(AF_UNIX, SOCK_STREAM);
+}
+
 int weft_unix_listen(const char *path, int backlog) {
   struct sockaddr_un un;
   socklen_t len;
-  int rc = unix_addr(path, &un, &len);
-  if (rc < 0)
-    return rc;
-  int fd = new_socket(AF_UNIX, SOCK_STREAM);
+  int fd = unix_socket(path, &un, &len);
   if (fd < 0)
     return fd;
   return bind_listen(fd, (struct sockaddr *)&un, len,
@@ -182,13 +187,11 @@ int weft_unix_listen(const char *path, int backlog) {
 int weft_unix_connect(const char *path) {
   struct sockaddr_un un;
   socklen_t len;
-  int rc = unix_addr(path, &un, &len);
-  if (rc < 0)
-    return rc;
-  int fd = new_socket(AF_UNIX, SOCK_STREAM);
+  int fd = unix_socket(path, &un, &len);
   if (fd < 0)
     return fd;
-  if ((rc = weft_connect(fd, (struct sockaddr *)&un, len)) < 0) {
+  int rc = weft_connect(fd, (struct sockaddr *)&un, len);
+  if (rc < 0) {
     weft_close(fd);
     return rc;
   }
