@@ -40,7 +40,9 @@
 # its median CPU per message over the epoll server's; and when weft and
 # weft_uring (or weft_uring_pbuf) ran,
 #   echo_ratio_weft_uring_vs_weft_nN_sS_pP_cpu_total   x (and _cpu_user)
-# weft on its io_uring backend over weft on its epoll backend.
+# weft on its io_uring backend over weft on its epoll backend. With
+# REPEAT > 1 each ratio also comes as NAME_paired: the median of the same
+# ratio taken round by round.
 #
 # The servers: weft (bench/echo/weft_server.c, on weft's epoll backend:
 # WEFT_BACKEND=epoll), weft_uring (the same program with WEFT_BACKEND=io_uring; a run in
@@ -544,17 +546,41 @@ done
 # ---- the figures ------------------------------------------------------
 # The median of each figure over the rounds (the mean of the middle two for
 # an even count), in the order first seen; then each server's CPU figures
-# over epoll's, from those medians.
+# over epoll's, from those medians; and, with more than one round, the
+# median of the ratios taken round by round (_paired): the two servers of a
+# pair ran within a minute of each other, so a drift of the machine between
+# rounds, which moves both, cancels out of it.
 med=$(mktemp)
 awk -v servers="${order[*]}" -v configs="$CONFIGS" '
-  # The CPU figures of server `name` over those of `base` in configuration c.
-  function ratios(name, base, c,    q, fig, a, b) {
+  # The median of s[1..m], which it sorts (insertion sort: m is small).
+  function median(s, m,    a, b, x) {
+    for (a = 2; a <= m; a++) {
+      x = s[a]
+      for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]
+      s[b + 1] = x
+    }
+    return m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2
+  }
+  # The CPU figures of server `name` over those of `base` in configuration
+  # c: the ratio of the medians, and the median of the per-round ratios
+  # when both have a figure from every round.
+  function ratios(name, base, c,    q, fig, a, b, r, m, t) {
     for (q = 1; q <= 2; q++) {
       fig = q == 1 ? "_cpu_total" : "_cpu_user"
       a = "echo_" name c fig; b = "echo_" base c fig
-      if ((a in mv) && (b in mv) && mv[b] >= 0.005) # shown as 0.00: none
-        printf "echo_ratio_%s_vs_%s%s%s %.2f x\n", name, base, c, fig,
-               mv[a] / mv[b]
+      if (!(a in mv) || !(b in mv) || mv[b] < 0.005) # shown as 0.00: none
+        continue
+      printf "echo_ratio_%s_vs_%s%s%s %.2f x\n", name, base, c, fig,
+             mv[a] / mv[b]
+      if (n[a] != n[b] || n[a] < 2)
+        continue
+      m = 0
+      for (t = 1; t <= n[a]; t++)
+        if (v[b, t] + 0 >= 0.005)
+          r[++m] = v[a, t] / v[b, t]
+      if (m == n[a])
+        printf "echo_ratio_%s_vs_%s%s%s_paired %.2f x\n", name, base, c,
+               fig, median(r, m)
     }
   }
   { if (!($1 in n)) { order[++k] = $1; unit[$1] = $3 }
@@ -563,12 +589,7 @@ awk -v servers="${order[*]}" -v configs="$CONFIGS" '
     for (i = 1; i <= k; i++) {
       name = order[i]; m = n[name]
       for (a = 1; a <= m; a++) s[a] = v[name, a] + 0
-      for (a = 2; a <= m; a++) {             # insertion sort: m is small
-        x = s[a]
-        for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]
-        s[b + 1] = x
-      }
-      md = m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2
+      md = median(s, m)
       fmt = "%.0f"
       if (name ~ /_cpu_(total|user|user_ticks)$/) fmt = "%.2f"
       else if (name ~ /_p99$/) fmt = "%.1f"
@@ -618,6 +639,12 @@ cat "$med"
       split(cfg[j], f, ":")
       return "echo_" srv[i] "_n" f[1] "_s" f[2] "_p" f[3]
     }
+    # One cell: a ratio, and the paired one after it where there is one.
+    function cell(p) {
+      if ((p "_paired") in v)
+        return sprintf(" %.2fx (%.2fx) |", v[p], v[p "_paired"])
+      return sprintf(" %.2fx |", v[p])
+    }
     # A row: the CPU figures of server i over those of server base.
     function ratio_row(i, base,    j, f, p, row) {
       row = "| " srv[i] " |"
@@ -625,8 +652,7 @@ cat "$med"
         split(cfg[j], f, ":")
         p = "echo_ratio_" srv[i] "_vs_" base "_n" f[1] "_s" f[2] "_p" f[3]
         if ((p "_cpu_total") in v)
-          row = row sprintf(" %.2fx | %.2fx |", v[p "_cpu_total"],
-                            v[p "_cpu_user"])
+          row = row cell(p "_cpu_total") cell(p "_cpu_user")
         else
           row = row " - | - |"
       }
@@ -661,8 +687,9 @@ cat "$med"
         printf "\nUser-mode CPU is sampled per clock tick: the fewest user" \
                " ticks behind a figure above is %d (about %.0f%% noise).\n",
                fewest, (fewest > 0 ? 100 / sqrt(fewest) : 100)
-      has_ratio = 0; has_uratio = 0
+      has_ratio = 0; has_uratio = 0; paired = 0
       for (name in v) {
+        if (name ~ /_paired$/) paired = 1
         if (name ~ /^echo_ratio_.*_vs_epoll_/) has_ratio = 1
         if (name ~ /^echo_ratio_weft_uring(_pbuf)?_vs_weft_/) has_uratio = 1
       }
@@ -674,6 +701,9 @@ cat "$med"
         for (i = 1; i <= ns; i++)
           if (srv[i] != "epoll")
             ratio_row(i, "epoll")
+        if (paired)
+          print "\nIn parentheses: the median of the ratios taken round by" \
+                " round (the two runs of a round follow each other)."
       }
       if (has_uratio) {
         print ""
