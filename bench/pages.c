@@ -15,7 +15,7 @@
  *   pages_code_warm            the same with no system call before
  *   pages_data_after_syscall   a load from such a page (the loads are
  *                              independent, so their walks overlap)
- *   pages_data_warm
+ *   pages_data_warm            the same with no system call before
  *   pages_pti                  1 if the kernel reports PTI in
  *                              /sys/devices/system/cpu/vulnerabilities/
  *                              meltdown, else 0: without it the first
@@ -40,10 +40,13 @@
   static __attribute__((noinline, aligned(4096))) int f##i(int x) {            \
     return x + i;                                                              \
   }
-F(0)
-F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) F(13) F(14)
-    F(15) static int (*const fns[PAGES])(int) = {
-        f0, f1, f2, f3, f4, f5, f6, f7, f8, f9, f10, f11, f12, f13, f14, f15};
+/* Rows of definitions, which clang-format would take for one statement. */
+/* clang-format off */
+F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7)
+F(8) F(9) F(10) F(11) F(12) F(13) F(14) F(15)
+static int (*const fns[PAGES])(int) = {f0, f1, f2,  f3,  f4,  f5,  f6,  f7,
+                                       f8, f9, f10, f11, f12, f13, f14, f15};
+/* clang-format on */
 
 static volatile char *data; /* PAGES pages, each read once per iteration */
 
