@@ -67,8 +67,8 @@ typedef union timer_call {
 typedef struct timer_chunk_head {
   weft_loop *loop; /* the loop its records belong to */
   void *mem;       /* the allocation it is in */
-  uint32_t
-      index; /* its number: its records' ids are index * TIMER_CHUNK + slot */
+  /* Its number: its records' ids are index * TIMER_CHUNK + slot. */
+  uint32_t index;
 } timer_chunk_head;
 
 #define REC_BYTES (TIMER_CHUNK * sizeof(weft__timer_rec))
