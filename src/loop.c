@@ -477,9 +477,12 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
       weft__executor_deliver(loop);
     /* What was queued before the turn runs before the timers that came
      * due meanwhile (seed 003 looks at its sleepers only when nothing is
-     * ready; asyncio and tornado do the same). */
-    weft__callbacks_run(loop);
-    weft__timers_fire(loop);
+     * ready; asyncio and tornado do the same). A turn with neither makes
+     * neither call. */
+    if (loop->cb_len)
+      weft__callbacks_run(loop);
+    if (loop->heap_len)
+      weft__timers_fire(loop);
     if (loop->ready_head && !loop->stop)
       weft__run_ready(loop);
     if (loop->stop) {
