@@ -3,10 +3,11 @@
 # line per figure on stdout; notes, the figures of every run and build
 # output go to stderr.
 #
-#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor|files|pages]
-#                                          (no argument: all nine; pages is
-#                                          the machine's cost of a page
-#                                          after a system call, no weft)
+#   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor|files|io|
+#                 pages]                   (no argument: all ten; io is two
+#                                          tasks echoing over a socketpair;
+#                                          pages is the machine's cost of a
+#                                          page after a system call, no weft)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
 #                                          (its own environment: DURATION, ...)
 #   bench/run.sh echo-uring                the same, the io_uring comparison
@@ -65,8 +66,8 @@ die() { note "$*"; exit 1; }
 what=${1:-all}
 case $what in
   all | switch | spawn | tasks | timers | future | chan | executor | files | \
-    pages | echo | echo-uring) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|pages|echo|echo-uring]" ;;
+    io | pages | echo | echo-uring) ;;
+  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|io|pages|echo|echo-uring]" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
@@ -507,6 +508,18 @@ bench_files() {
   report
 }
 
+# Two tasks echoing over a socketpair (bench/io_pingpong.c), on each
+# backend: the I/O path without a network stack.
+bench_io() {
+  local i b
+  for ((i = 0; i < REPEAT; i++)); do
+    for b in epoll poll io_uring; do
+      run1 env WEFT_BACKEND=$b "$bin/bench_io_pingpong"
+    done
+  done
+  report
+}
+
 # What a page costs right after a system call (bench/pages.c): the
 # machine's figure behind WEFT__HOT, for reading the echo figures.
 bench_pages() {
@@ -518,7 +531,7 @@ bench_pages() {
 case $what in
   all)
     bench_switch; bench_spawn; bench_tasks; bench_timers; bench_future
-    bench_chan; bench_executor; bench_files; bench_pages
+    bench_chan; bench_executor; bench_files; bench_io; bench_pages
     ;;
   *) "bench_$what" ;;
 esac
