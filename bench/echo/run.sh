@@ -272,7 +272,9 @@ fi
 # The tracepoints SYSCALLS=1 counts, those this kernel has: the _sc_ name
 # each adds to, then the event.
 sc_events=()
-if [ "$SYSCALLS" = 1 ] && ! command -v perf >/dev/null 2>&1; then
+# perf serves both SYSCALLS=1 and SAMPLE_HZ.
+if { [ "$SYSCALLS" = 1 ] || [ "$SAMPLE_HZ" -gt 0 ]; } &&
+  ! command -v perf >/dev/null 2>&1; then
   want_peer perf linux-perf || true
 fi
 if [ "$SYSCALLS" = 1 ]; then
@@ -300,9 +302,6 @@ if [ "$SYSCALLS" = 1 ]; then
   fi
 fi
 
-if [ "$SAMPLE_HZ" -gt 0 ] && ! command -v perf >/dev/null 2>&1; then
-  want_peer perf linux-perf || true
-fi
 # Samples in kernel mode must be seen, or the user share would be 100%:
 # perf quietly drops them for an unprivileged user at paranoid 2.
 paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2>/dev/null || echo 3)
@@ -547,9 +546,9 @@ done
 # The median of each figure over the rounds (the mean of the middle two for
 # an even count), in the order first seen; then each server's CPU figures
 # over epoll's, from those medians; and, with more than one round, the
-# median of the ratios taken round by round (_paired): the two servers of a
-# pair ran within a minute of each other, so a drift of the machine between
-# rounds, which moves both, cancels out of it.
+# median of the ratios taken round by round (_paired): the two runs of a
+# pair came one after the other in their round, so a drift of the machine
+# between rounds, which moves both, cancels out of it.
 med=$(mktemp)
 awk -v servers="${order[*]}" -v configs="$CONFIGS" '
   # The median of s[1..m], which it sorts (insertion sort: m is small).
