@@ -44,8 +44,10 @@ space := $(subst ,, )
 VALGRIND_LAUNCHER = $(subst $(space),;,$(strip $(VALGRIND)))
 
 # The extra configurations only run the tests: the benchmarks would just
-# cost build time (and, cross, need the comparison libraries for aarch64).
-VARIANT_FLAGS := -DWEFT_BUILD_BENCH=OFF
+# cost build time (and, cross, need the comparison libraries for aarch64),
+# and so would link-time optimisation (build/ has it: the tests run on the
+# LTO code there).
+VARIANT_FLAGS := -DWEFT_BUILD_BENCH=OFF -DWEFT_LTO=OFF
 
 # A failing UBSan check prints its stack; ASan's defaults are kept.
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1

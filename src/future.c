@@ -11,6 +11,15 @@
  *
  * Records are kept per loop for reuse: create, set and await allocate
  * nothing in the steady state.
+ *
+ * The four calls of a future's common life (new, set_result, await,
+ * release) are defined `inline`: weft.h declares them without it, so each
+ * is still an ordinary external function, but in an LTO build (the
+ * default, CMakeLists.txt) GCC at -O2 inlines a function into a caller in
+ * another file only within the limits it gives functions declared inline.
+ * Each is a few instructions around a noinline slow path; inlined, the
+ * four together cost less than half of what the four calls do
+ * (bench/future.c, README).
  */
 #include "internal.h"
 
@@ -87,7 +96,7 @@ static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
   return f;
 }
 
-weft_future *weft_future_new(void) {
+inline weft_future *weft_future_new(void) {
   weft_loop *loop = weft__loop_running;
   weft_future *f;
   if (__builtin_expect(!loop || !(f = loop->future_cache), 0))
@@ -142,7 +151,7 @@ static inline void future_free(weft_future *f) {
     future_recycle(f);
 }
 
-void weft_future_release(weft_future *f) {
+inline void weft_future_release(weft_future *f) {
   if (f && --f->refs == 0)
     future_free(f);
 }
@@ -209,7 +218,7 @@ static inline void complete(weft_future *f, int state) {
     wake_all(f);
 }
 
-int weft_future_set_result(weft_future *f, void *value) {
+inline int weft_future_set_result(weft_future *f, void *value) {
   if (__builtin_expect(!f || f->state != PENDING, 0))
     return -EINVAL;
   f->u.value = value;
@@ -322,15 +331,15 @@ static __attribute__((noinline)) int await_slow(weft_future *f, void **value,
   return rc;
 }
 
-int weft_await(weft_future *f, void **value) {
+inline int weft_await(weft_future *f, void **value) {
   weft_loop *loop = weft__loop_running;
   weft_task *t;
-  if (__builtin_expect(!f || !loop || !(t = loop->current) || f->loop != loop, 0))
+  if (__builtin_expect(!f || !loop || !(t = loop->current) || f->loop != loop,
+                       0))
     return -EINVAL;
   /* The common case inline: not cancelled, in no scope, f holds a value. */
-  if (__builtin_expect((t->flags & TASK_CANCELLED) || t->scope ||
-                           f->state != HAS_VALUE,
-                       0))
+  if (__builtin_expect(
+          (t->flags & TASK_CANCELLED) || t->scope || f->state != HAS_VALUE, 0))
     return await_slow(f, value, t);
   if (value)
     *value = f->u.value;

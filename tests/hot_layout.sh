@@ -31,12 +31,14 @@ printf '%s\n%s\n' "$names weft__ctx_jump" "$syms" | awk '
   }
   NR == 1 { n = split($0, w, " "); for (i = 1; i <= n; i++) want[w[i]] = 1
             next }
-  # GCC names its specialised copies f.constprop.0, f.isra.0 (f.cold is
-  # the cold part, which belongs elsewhere).
+  # GCC names its specialised copies f.constprop.0, f.isra.0, and with LTO
+  # f.lto_priv.0 and an alias f.localalias (f.cold is the cold part, which
+  # belongs elsewhere). Every copy counts, an address once.
   NF == 4 { f = $4
-            while (sub(/\.(constprop|isra|part)\.[0-9]+$/, "", f)) ; }
-  NF == 4 && (f in want) && !(f in seen) {
-    seen[f] = 1; a = hex($1); s = hex($2)
+            while (sub(/\.(constprop|isra|part|lto_priv)\.[0-9]+$/, "", f) ||
+                   sub(/\.localalias$/, "", f)) ; }
+  NF == 4 && (f in want) && !($1 in at) {
+    seen[f] = 1; at[$1] = 1; a = hex($1); s = hex($2)
     if (!k++ || a < lo) lo = a
     if (a + s > hi) hi = a + s
     total += s

@@ -4,7 +4,7 @@
 # Installs BUILD_DIR into a scratch prefix under WORK_DIR and checks what a
 # user of the installed copy sees: the files, weft.pc, the soname, the
 # exported symbols, and a program built with pkg-config's flags alone,
-# linked shared and static.
+# linked shared, static, and static with -flto.
 # Exits 0 on success, 77 when skipped, 1 on the first failed check.
 set -eu
 
@@ -53,6 +53,12 @@ for sym in weft_main weft_spawn weft_join weft_version; do
   printf '%s\n' "$exports" | grep -qx "$sym" || fail "$sym is not exported"
 done
 
+# No GCC bytecode in the installed archive (CMakeLists.txt, WEFT_LTO): it
+# would tie every -flto user to this build's compiler version.
+if readelf -S "$lib/libweft.a" | grep -q '\.gnu\.lto_'; then
+  fail "the installed libweft.a still has LTO bytecode (.gnu.lto_ sections)"
+fi
+
 # From here on only pkg-config knows where weft is.
 PKG_CONFIG_PATH=$lib/pkgconfig
 export PKG_CONFIG_PATH
@@ -93,4 +99,12 @@ fi
 env -u LD_LIBRARY_PATH ./prog_static > out_static || fail "prog_static exited $?"
 diff -u expected out_static || fail "prog_static printed the wrong output"
 
-echo "install test passed (shared and static builds)"
+# The same with -flto, as a user's LTO build links it: the archive's
+# machine code is taken as it is.
+# shellcheck disable=SC2086 # the same
+"$cc" -flto -o prog_static_lto "$prog" $cflags $libs
+env -u LD_LIBRARY_PATH ./prog_static_lto > out_static_lto ||
+  fail "prog_static_lto exited $?"
+diff -u expected out_static_lto || fail "prog_static_lto printed the wrong output"
+
+echo "install test passed (shared, static, and static with -flto)"
