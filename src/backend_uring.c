@@ -79,14 +79,14 @@ typedef struct waitlist {
 
 /* One request of a task, on the task's stack from its SQE to its CQE. */
 typedef struct uring_op {
-  weft__waiter w; /* on the fd's waiters (events 0): weft_close wakes it */
-  int res;        /* the completion's result */
-  uint8_t done;   /* the completion came */
-  uint8_t linked; /* w is on the fd's list, counted in loop->nwaiters */
+  weft__waiter w;    /* on the fd's waiters (events 0): weft_close wakes it */
+  int res;           /* the completion's result */
+  uint8_t done;      /* the completion came */
+  uint8_t linked;    /* w is on the fd's list, counted in loop->nwaiters */
   uint8_t retracted; /* made a no-op before submission: res stays */
-  struct io_uring_sqe *sqe; /* its SQE, while it may not be submitted */
-  unsigned batch;           /* uring_state.batch when it was prepared */
-  uint8_t queued;    /* on a waitlist: the one below */
+  struct io_uring_sqe *sqe;     /* its SQE, while it may not be submitted */
+  unsigned batch;               /* uring_state.batch when it was prepared */
+  uint8_t queued;               /* on a waitlist: the one below */
   struct uring_op *prev, *next; /* a call waiting on a multishot request:
                                  * its links in ... */
   waitlist *wl;                 /* ... this list, of ... */
@@ -103,7 +103,7 @@ typedef struct uring_op {
 #define LISTEN_QUEUE_MAX 64
 
 typedef struct listener {
-  int fd; /* first: record_of sets it */
+  int fd;           /* first: record_of sets it */
   uint8_t armed;    /* its multishot accept is in the kernel */
   uint8_t detached; /* weft_close: freed when the request has ended */
   int err;          /* a failure for the next call (0: none) */
@@ -127,18 +127,18 @@ typedef struct rx_chunk {
 } rx_chunk;
 
 typedef struct rx {
-  int fd; /* first: record_of sets it */
-  uint8_t armed;      /* its multishot recv is in the kernel */
-  uint8_t stopping;   /* ... and a cancellation of it is on its way */
-  uint8_t detached;   /* weft_close: freed when the request has ended */
-  uint8_t eof;        /* the peer's end of stream, after the queue */
-  uint8_t plain;      /* the kernel had no buffer (ENOBUFS): the next call
-                       * that finds the queue empty reads the plain way */
-  int err;            /* an error, for the call that finds the queue empty */
-  rx_chunk *q;        /* q[head..head+len) in a ring of cap */
+  int fd;           /* first: record_of sets it */
+  uint8_t armed;    /* its multishot recv is in the kernel */
+  uint8_t stopping; /* ... and a cancellation of it is on its way */
+  uint8_t detached; /* weft_close: freed when the request has ended */
+  uint8_t eof;      /* the peer's end of stream, after the queue */
+  uint8_t plain;    /* the kernel had no buffer (ENOBUFS): the next call
+                     * that finds the queue empty reads the plain way */
+  int err;          /* an error, for the call that finds the queue empty */
+  rx_chunk *q;      /* q[head..head+len) in a ring of cap */
   unsigned head, len, cap;
-  uint32_t off;       /* bytes of q[head] already taken */
-  waitlist waiting;   /* the calls waiting for data */
+  uint32_t off;     /* bytes of q[head] already taken */
+  waitlist waiting; /* the calls waiting for data */
   struct rx *next_detached;
 } rx;
 
@@ -154,13 +154,13 @@ typedef struct uring_state {
   listener *detached; /* closed, their request not yet ended */
   rx **rxs;           /* indexed by fd: multishot recv state, or NULL */
   size_t nrxs;
-  rx *rx_detached;    /* closed, their request not yet ended */
-  unsigned narmed;    /* multishot accepts and recvs in the kernel */
-  int rx_on;          /* multishot recv: 0 not tried yet, 1 on, -1 off */
+  rx *rx_detached; /* closed, their request not yet ended */
+  unsigned narmed; /* multishot accepts and recvs in the kernel */
+  int rx_on;       /* multishot recv: 0 not tried yet, 1 on, -1 off */
   struct io_uring_buf_ring *br; /* the provided buffer ring ... */
   size_t br_bytes;              /* ... its size (mmap'ed) ... */
   char *bufs;                   /* ... and the buffers it hands out */
-  int draining;       /* quiesce: completions wake nobody */
+  int draining;                 /* quiesce: completions wake nobody */
 } uring_state;
 
 static inline uring_state *state(weft_loop *loop) { return loop->backend_data; }
@@ -172,11 +172,16 @@ static const struct {
   int op;
   const char *name;
 } needed[] = {
-    {IORING_OP_READ, "READ"},           {IORING_OP_WRITE, "WRITE"},
-    {IORING_OP_RECV, "RECV"},           {IORING_OP_SEND, "SEND"},
-    {IORING_OP_RECVMSG, "RECVMSG"},     {IORING_OP_SENDMSG, "SENDMSG"},
-    {IORING_OP_ACCEPT, "ACCEPT"},       {IORING_OP_CLOSE, "CLOSE"},
-    {IORING_OP_FSYNC, "FSYNC"},         {IORING_OP_POLL_ADD, "POLL_ADD"},
+    {IORING_OP_READ, "READ"},
+    {IORING_OP_WRITE, "WRITE"},
+    {IORING_OP_RECV, "RECV"},
+    {IORING_OP_SEND, "SEND"},
+    {IORING_OP_RECVMSG, "RECVMSG"},
+    {IORING_OP_SENDMSG, "SENDMSG"},
+    {IORING_OP_ACCEPT, "ACCEPT"},
+    {IORING_OP_CLOSE, "CLOSE"},
+    {IORING_OP_FSYNC, "FSYNC"},
+    {IORING_OP_POLL_ADD, "POLL_ADD"},
     {IORING_OP_POLL_REMOVE, "POLL_REMOVE"},
     {IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
 };
@@ -348,8 +353,8 @@ static void watch_done(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
     arm(loop, st, fd, e);
 }
 
-static void accept_done(weft_loop *loop, uring_state *st, listener *l,
-                        int res, unsigned flags);
+static void accept_done(weft_loop *loop, uring_state *st, listener *l, int res,
+                        unsigned flags);
 static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
                     unsigned flags);
 
@@ -432,14 +437,13 @@ static int uring_poll(weft_loop *loop, int64_t timeout) {
     struct io_uring_cqe *cqe;
     rc = io_uring_submit_and_wait_timeout(&st->ring, &cqe, 1, &ts, NULL);
   }
-  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY &&
-      rc != -EAGAIN)
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
     return rc;
   return reap(loop, st);
 }
 
 /* ---- watching fds (the readiness way) ----------------------------------- */
-#define SLOT_EVENTS(slot) ((slot) & 3u)
+#define SLOT_EVENTS(slot) ((slot)&3u)
 
 static uint64_t watch_tag(int fd, uint32_t slot) {
   return ((uint64_t)slot << 32) | ((uint64_t)(uint32_t)fd << 1) | 1u;
@@ -677,14 +681,15 @@ static int ring_grow(void **q, unsigned *head, unsigned len, unsigned *cap,
   return 0;
 }
 
-/* ---- multishot accept ----------------------------------------------------- */
+/* ---- multishot accept -----------------------------------------------------
+ */
 static listener *listener_of(uring_state *st, int fd) {
   return record_of((void ***)&st->ls, &st->nls, fd, sizeof(listener));
 }
 
 static int queue_push(listener *l, int c) {
-  if (l->len == l->cap &&
-      ring_grow((void **)&l->q, &l->head, l->len, &l->cap, sizeof *l->q, 16) < 0)
+  if (l->len == l->cap && ring_grow((void **)&l->q, &l->head, l->len, &l->cap,
+                                    sizeof *l->q, 16) < 0)
     return -ENOMEM;
   l->q[(l->head + l->len++) % l->cap] = c;
   return 0;
@@ -720,8 +725,8 @@ static void accept_cancel(weft_loop *loop, uring_state *st, listener *l) {
 }
 
 /* The multishot accept brought a connection (res >= 0) or ended. */
-static void accept_done(weft_loop *loop, uring_state *st, listener *l,
-                        int res, unsigned flags) {
+static void accept_done(weft_loop *loop, uring_state *st, listener *l, int res,
+                        unsigned flags) {
   if (!(flags & IORING_CQE_F_MORE)) {
     l->armed = 0;
     st->narmed--;
@@ -835,9 +840,9 @@ static void listener_close(weft_loop *loop, uring_state *st, int fd) {
  * saves no CPU in weft, where the caller's buffer is there, waiting, when
  * the data comes; it adds a copy out of a ring buffer that has gone cold
  * (the ring's 1 MiB cycles through the cache), and user time was 0.9-1.7x
- * that of a request per call, more in most configurations. Each call is then a recv request of its own, into the
- * caller's buffer; so, too, on a kernel without buffer rings or
- * multishot recv. */
+ * that of a request per call, more in most configurations. Each call is then a
+ * recv request of its own, into the caller's buffer; so, too, on a kernel
+ * without buffer rings or multishot recv. */
 #define RX_RING_MASK (RX_NBUFS - 1)
 
 _Static_assert((RX_NBUFS & RX_RING_MASK) == 0, "a power of two");
@@ -985,8 +990,7 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
 }
 
 /* Copies up to len bytes from the queue; with peek, leaves them there. */
-static size_t rx_take(uring_state *st, rx *r, char *dst, size_t len,
-                      int peek) {
+static size_t rx_take(uring_state *st, rx *r, char *dst, size_t len, int peek) {
   size_t n = 0;
   uint32_t off = r->off;
   for (unsigned i = 0; i < r->len && n < len; i++) {
@@ -1175,10 +1179,12 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     }
     uint8_t flags = loop->fds[fd].flags;
     struct io_uring_sqe *sqe = get_sqe(loop, st);
-    struct iovec iov;  /* recvfrom, sendto only */
+    struct iovec iov; /* recvfrom, sendto only */
     struct msghdr msg;
     switch (kind) {
-    case OP_READ: io_uring_prep_read(sqe, fd, op->buf, (unsigned)len, -1); break;
+    case OP_READ:
+      io_uring_prep_read(sqe, fd, op->buf, (unsigned)len, -1);
+      break;
     case OP_WRITE:
       /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
       if (flags & FD_SOCKET)
@@ -1324,8 +1330,9 @@ static void uring_quiesce(weft_loop *loop) {
         rc != -EAGAIN) {
       /* The ring is unusable (another thread frees the loop of a
        * SINGLE_ISSUER ring): say so rather than free live buffers. */
-      fprintf(stderr, "weft: io_uring: cannot wait for %s (%s); "
-                      "abandoning the requests in flight\n",
+      fprintf(stderr,
+              "weft: io_uring: cannot wait for %s (%s); "
+              "abandoning the requests in flight\n",
               "their completions", strerror(-rc));
       break;
     }
