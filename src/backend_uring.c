@@ -94,6 +94,24 @@ typedef struct uring_op {
   struct rx *r;                 /* ... this receiver */
 } uring_op;
 
+/* What a listener and a receiver (below) share: one multishot request
+ * for an fd. While the fd is open its record is in a table indexed by fd;
+ * weft_close detaches it, and a detached record whose request is still in
+ * the kernel waits on the table's detached list until the request ends. */
+typedef struct multishot {
+  int fd;
+  uint8_t armed;    /* its request is in the kernel */
+  uint8_t detached; /* weft_close: freed when the request has ended */
+  waitlist waiting; /* the calls waiting on it */
+  struct multishot *next_detached;
+} multishot;
+
+typedef struct mstable {
+  multishot **v;       /* indexed by fd: the fd's record, or NULL */
+  size_t n;            /* entries in v */
+  multishot *detached; /* closed, their request not yet ended */
+} mstable;
+
 /* A listening socket accepted from with weft_accept(fd, NULL, NULL): one
  * multishot accept request serves every call, and the connections it
  * brings while no call waits are queued here. The queue is bounded: at
@@ -103,14 +121,10 @@ typedef struct uring_op {
 #define LISTEN_QUEUE_MAX 64
 
 typedef struct listener {
-  int fd;           /* first: record_of sets it */
-  uint8_t armed;    /* its multishot accept is in the kernel */
-  uint8_t detached; /* weft_close: freed when the request has ended */
-  int err;          /* a failure for the next call (0: none) */
-  int *q;           /* accepted fds, q[head..head+len) in a ring of cap */
+  multishot ms; /* first: a multishot * is a listener * (ls table) */
+  int err;      /* a failure for the next call (0: none) */
+  int *q;       /* accepted fds, q[head..head+len) in a ring of cap */
   unsigned head, len, cap;
-  waitlist waiting; /* the calls waiting */
-  struct listener *next_detached;
 } listener;
 
 /* A stream socket read with a multishot recv (weft_recv, weft_read): the
@@ -127,19 +141,15 @@ typedef struct rx_chunk {
 } rx_chunk;
 
 typedef struct rx {
-  int fd;           /* first: record_of sets it */
-  uint8_t armed;    /* its multishot recv is in the kernel */
-  uint8_t stopping; /* ... and a cancellation of it is on its way */
-  uint8_t detached; /* weft_close: freed when the request has ended */
+  multishot ms;     /* first: a multishot * is an rx * (rxs table) */
+  uint8_t stopping; /* a cancellation of the request is on its way */
   uint8_t eof;      /* the peer's end of stream, after the queue */
   uint8_t plain;    /* the kernel had no buffer (ENOBUFS): the next call
                      * that finds the queue empty reads the plain way */
   int err;          /* an error, for the call that finds the queue empty */
   rx_chunk *q;      /* q[head..head+len) in a ring of cap */
   unsigned head, len, cap;
-  uint32_t off;     /* bytes of q[head] already taken */
-  waitlist waiting; /* the calls waiting for data */
-  struct rx *next_detached;
+  uint32_t off; /* bytes of q[head] already taken */
 } rx;
 
 typedef struct uring_state {
@@ -149,14 +159,10 @@ typedef struct uring_state {
   uint32_t gen;       /* the last watch generation handed out */
   unsigned batch;     /* bumped by each submission to the kernel */
   int valgrind;       /* RUNNING_ON_VALGRIND, asked once */
-  listener **ls;      /* indexed by fd: multishot accept state, or NULL */
-  size_t nls;
-  listener *detached; /* closed, their request not yet ended */
-  rx **rxs;           /* indexed by fd: multishot recv state, or NULL */
-  size_t nrxs;
-  rx *rx_detached; /* closed, their request not yet ended */
-  unsigned narmed; /* multishot accepts and recvs in the kernel */
-  int rx_on;       /* multishot recv: 0 not tried yet, 1 on, -1 off */
+  mstable ls;         /* listeners: multishot accept state */
+  mstable rxs;        /* receivers: multishot recv state */
+  unsigned narmed;    /* multishot accepts and recvs in the kernel */
+  int rx_on;          /* multishot recv: 0 not tried yet, 1 on, -1 off */
   struct io_uring_buf_ring *br; /* the provided buffer ring ... */
   size_t br_bytes;              /* ... its size (mmap'ed) ... */
   char *bufs;                   /* ... and the buffers it hands out */
@@ -261,32 +267,18 @@ static int uring_init(weft_loop *loop) {
   return 0;
 }
 
-static void listener_free(struct listener *l);
-static void rx_free(uring_state *st, rx *r);
+static void ms_free_all(uring_state *st, mstable *t,
+                        void (*free_fn)(uring_state *, multishot *));
+static void listener_free(uring_state *st, multishot *m);
+static void rx_free(uring_state *st, multishot *m);
 
 static void uring_fini(weft_loop *loop) {
   uring_state *st = state(loop);
   if (!st)
     return;
   io_uring_queue_exit(&st->ring);
-  for (size_t fd = 0; fd < st->nls; fd++)
-    if (st->ls[fd])
-      listener_free(st->ls[fd]);
-  weft__free(st->ls);
-  while (st->detached) {
-    listener *l = st->detached;
-    st->detached = l->next_detached;
-    listener_free(l);
-  }
-  for (size_t fd = 0; fd < st->nrxs; fd++)
-    if (st->rxs[fd])
-      rx_free(st, st->rxs[fd]);
-  weft__free(st->rxs);
-  while (st->rx_detached) {
-    rx *r = st->rx_detached;
-    st->rx_detached = r->next_detached;
-    rx_free(st, r);
-  }
+  ms_free_all(st, &st->ls, listener_free);
+  ms_free_all(st, &st->rxs, rx_free);
   if (st->br)
     munmap(st->br, st->br_bytes);
   weft__free(st->bufs);
@@ -638,30 +630,73 @@ static int waitlist_park(weft_loop *loop, waitlist *wl, uring_op *u, int fd,
   return rc;
 }
 
-/* The entry for fd of a table indexed by fd (grown as needed), or NULL
- * when out of memory. */
-static void **table_slot(void ***tab, size_t *n, int fd) {
-  if ((size_t)fd >= *n) {
-    size_t m = *n ? *n : 64;
-    while (m <= (size_t)fd)
-      m *= 2;
-    void **v = weft__realloc(*tab, m * sizeof *v);
-    if (!v)
-      return NULL;
-    memset(v + *n, 0, (m - *n) * sizeof *v);
-    *tab = v;
-    *n = m;
-  }
-  return &(*tab)[fd];
+/* ---- multishot records --------------------------------------------------- */
+/* fd's record in t, or NULL. */
+static multishot *ms_at(const mstable *t, int fd) {
+  return (size_t)fd < t->n ? t->v[fd] : NULL;
 }
 
-/* fd's record (size bytes, its first member `int fd`) in such a table,
- * made if there is none; NULL when out of memory. */
-static void *record_of(void ***tab, size_t *n, int fd, size_t size) {
-  void **slot = table_slot(tab, n, fd);
-  if (slot && !*slot && (*slot = weft__calloc(1, size)))
-    *(int *)*slot = fd;
-  return slot ? *slot : NULL;
+/* fd's record in t (size bytes, a multishot first), made if there is
+ * none; NULL when out of memory. */
+static multishot *ms_of(mstable *t, int fd, size_t size) {
+  if ((size_t)fd >= t->n) {
+    size_t m = t->n ? t->n : 64;
+    while (m <= (size_t)fd)
+      m *= 2;
+    multishot **v = weft__realloc(t->v, m * sizeof *v);
+    if (!v)
+      return NULL;
+    memset(v + t->n, 0, (m - t->n) * sizeof *v);
+    t->v = v;
+    t->n = m;
+  }
+  if (!t->v[fd] && (t->v[fd] = weft__calloc(1, size)))
+    t->v[fd]->fd = fd;
+  return t->v[fd];
+}
+
+/* weft_close: takes fd's record out of t, and the calls that waited on it
+ * (woken with -EBADF already, by weft__fd_forget) off it. NULL if fd has
+ * none. The caller frees it, or, if its request is in the kernel, detaches
+ * it (ms_detach) and cancels the request. */
+static multishot *ms_take(mstable *t, int fd) {
+  multishot *m = ms_at(t, fd);
+  if (!m)
+    return NULL;
+  t->v[fd] = NULL;
+  while (m->waiting.first)
+    waitlist_del(m->waiting.first);
+  return m;
+}
+
+static void ms_detach(mstable *t, multishot *m) {
+  m->detached = 1;
+  m->next_detached = t->detached;
+  t->detached = m;
+}
+
+/* The request of detached m has ended: m leaves the detached list (and
+ * the caller frees it). */
+static void ms_undetach(mstable *t, multishot *m) {
+  for (multishot **p = &t->detached; *p; p = &(*p)->next_detached)
+    if (*p == m) {
+      *p = m->next_detached;
+      return;
+    }
+}
+
+/* Frees every record of t, attached or not, with free_fn (uring_fini). */
+static void ms_free_all(uring_state *st, mstable *t,
+                        void (*free_fn)(uring_state *, multishot *)) {
+  for (size_t fd = 0; fd < t->n; fd++)
+    if (t->v[fd])
+      free_fn(st, t->v[fd]);
+  weft__free(t->v);
+  while (t->detached) {
+    multishot *m = t->detached;
+    t->detached = m->next_detached;
+    free_fn(st, m);
+  }
 }
 
 /* Doubles a ring of len elements of sz bytes (to min, the first time),
@@ -681,10 +716,9 @@ static int ring_grow(void **q, unsigned *head, unsigned len, unsigned *cap,
   return 0;
 }
 
-/* ---- multishot accept -----------------------------------------------------
- */
+/* ---- multishot accept ---------------------------------------------------- */
 static listener *listener_of(uring_state *st, int fd) {
-  return record_of((void ***)&st->ls, &st->nls, fd, sizeof(listener));
+  return (listener *)ms_of(&st->ls, fd, sizeof(listener));
 }
 
 static int queue_push(listener *l, int c) {
@@ -702,7 +736,9 @@ static int queue_pop(listener *l) {
   return c;
 }
 
-static void listener_free(listener *l) {
+static void listener_free(uring_state *st, multishot *m) {
+  (void)st;
+  listener *l = (listener *)m;
   while (l->len)
     close(queue_pop(l));
   weft__free(l->q);
@@ -711,10 +747,10 @@ static void listener_free(listener *l) {
 
 static void accept_arm(weft_loop *loop, uring_state *st, listener *l) {
   struct io_uring_sqe *sqe = get_sqe(loop, st);
-  io_uring_prep_multishot_accept(sqe, l->fd, NULL, NULL,
+  io_uring_prep_multishot_accept(sqe, l->ms.fd, NULL, NULL,
                                  SOCK_NONBLOCK | SOCK_CLOEXEC);
   io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | TAG_ACCEPT);
-  l->armed = 1;
+  l->ms.armed = 1;
   st->narmed++;
 }
 
@@ -728,35 +764,31 @@ static void accept_cancel(weft_loop *loop, uring_state *st, listener *l) {
 static void accept_done(weft_loop *loop, uring_state *st, listener *l, int res,
                         unsigned flags) {
   if (!(flags & IORING_CQE_F_MORE)) {
-    l->armed = 0;
+    l->ms.armed = 0;
     st->narmed--;
   }
-  if (l->detached) { /* weft_close'd: nobody will take it */
+  if (l->ms.detached) { /* weft_close'd: nobody will take it */
     if (res >= 0)
       close(res);
-    if (!l->armed) {
-      for (listener **p = &st->detached; *p; p = &(*p)->next_detached)
-        if (*p == l) {
-          *p = l->next_detached;
-          break;
-        }
-      listener_free(l);
+    if (!l->ms.armed) {
+      ms_undetach(&st->ls, &l->ms);
+      listener_free(st, &l->ms);
     }
     return;
   }
   if (res >= 0 || res != -ECANCELED) {
-    uring_op *u = l->waiting.first;
+    uring_op *u = l->ms.waiting.first;
     if (u && !st->draining) { /* straight to the call that waits */
       waitlist_wake(loop, u, res);
     } else if (res >= 0) {
       if (queue_push(l, res) < 0)
         close(res); /* out of memory: the client sees the end */
-      if (l->len >= LISTEN_QUEUE_MAX && l->armed)
+      if (l->len >= LISTEN_QUEUE_MAX && l->ms.armed)
         accept_cancel(loop, st, l);
     } else
       l->err = -res; /* for the next call (EMFILE...) */
   }
-  if (!l->armed && l->waiting.first && !l->err && !st->draining)
+  if (!l->ms.armed && l->ms.waiting.first && !l->err && !st->draining)
     accept_arm(loop, st, l);
 }
 
@@ -770,7 +802,7 @@ static void undo_accept(weft_task *t, void *arg) {
   /* The last call waiting gave up: stop accepting for nobody (what the
    * request brings before the cancellation lands is queued, for the next
    * call). */
-  if (!l->waiting.first && l->armed)
+  if (!l->ms.waiting.first && l->ms.armed)
     accept_cancel(t->loop, state(t->loop), l);
 }
 
@@ -793,10 +825,10 @@ static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
     l->err = 0;
     return -err;
   }
-  if (!l->armed)
+  if (!l->ms.armed)
     accept_arm(loop, st, l);
   uring_op u = {.l = l};
-  int rc = waitlist_park(loop, &l->waiting, &u, fd, undo_accept);
+  int rc = waitlist_park(loop, &l->ms.waiting, &u, fd, undo_accept);
   /* The fd, also if cancelled since: it is the caller's. */
   return rc == 1 ? u.res : rc;
 }
@@ -804,19 +836,14 @@ static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
 /* weft_close of a listener: its queued connections are closed, and its
  * request is cancelled; the record goes when the request has ended. */
 static void listener_close(weft_loop *loop, uring_state *st, int fd) {
-  if ((size_t)fd >= st->nls || !st->ls[fd])
+  listener *l = (listener *)ms_take(&st->ls, fd);
+  if (!l)
     return;
-  listener *l = st->ls[fd];
-  st->ls[fd] = NULL;
-  while (l->waiting.first) /* woken with -EBADF already (weft__fd_forget) */
-    waitlist_del(l->waiting.first);
-  if (!l->armed) {
-    listener_free(l);
+  if (!l->ms.armed) {
+    listener_free(st, &l->ms);
     return;
   }
-  l->detached = 1;
-  l->next_detached = st->detached;
-  st->detached = l;
+  ms_detach(&st->ls, &l->ms);
   while (l->len)
     close(queue_pop(l));
   accept_cancel(loop, st, l);
@@ -894,7 +921,7 @@ static void rx_recycle(uring_state *st, uint16_t bid) {
 }
 
 static rx *rx_of(uring_state *st, int fd) {
-  return record_of((void ***)&st->rxs, &st->nrxs, fd, sizeof(rx));
+  return (rx *)ms_of(&st->rxs, fd, sizeof(rx));
 }
 
 static int rx_push(rx *r, uint16_t bid, uint32_t len) {
@@ -912,7 +939,8 @@ static void rx_pop(uring_state *st, rx *r) {
   r->off = 0;
 }
 
-static void rx_free(uring_state *st, rx *r) {
+static void rx_free(uring_state *st, multishot *m) {
+  rx *r = (rx *)m;
   while (r->len)
     rx_pop(st, r);
   weft__free(r->q);
@@ -921,17 +949,17 @@ static void rx_free(uring_state *st, rx *r) {
 
 static void rx_arm(weft_loop *loop, uring_state *st, rx *r) {
   struct io_uring_sqe *sqe = get_sqe(loop, st);
-  io_uring_prep_recv_multishot(sqe, r->fd, NULL, 0, 0);
+  io_uring_prep_recv_multishot(sqe, r->ms.fd, NULL, 0, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = RX_BGID;
   io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | TAG_RX);
-  r->armed = 1;
+  r->ms.armed = 1;
   r->stopping = 0;
   st->narmed++;
 }
 
 static void rx_stop(weft_loop *loop, uring_state *st, rx *r) {
-  if (!r->armed || r->stopping)
+  if (!r->ms.armed || r->stopping)
     return;
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r | TAG_RX, 0);
@@ -943,13 +971,13 @@ static void rx_stop(weft_loop *loop, uring_state *st, rx *r) {
 static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
                     unsigned flags) {
   if (!(flags & IORING_CQE_F_MORE)) {
-    r->armed = r->stopping = 0;
+    r->ms.armed = r->stopping = 0;
     st->narmed--;
   }
   int queued = 0;
   if (flags & IORING_CQE_F_BUFFER) {
     uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
-    if (res > 0 && !r->detached) {
+    if (res > 0 && !r->ms.detached) {
       KERNEL_WROTE(rx_buf(st, bid), (size_t)res);
       queued = rx_push(r, bid, (uint32_t)res) == 0;
       if (!queued)
@@ -966,14 +994,10 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
     r->plain = 1;
   } else if (res < 0 && res != -ECANCELED)
     r->err = -res;
-  if (r->detached) { /* weft_close'd: nobody will take it */
-    if (!r->armed) {
-      for (rx **p = &st->rx_detached; *p; p = &(*p)->next_detached)
-        if (*p == r) {
-          *p = r->next_detached;
-          break;
-        }
-      rx_free(st, r);
+  if (r->ms.detached) { /* weft_close'd: nobody will take it */
+    if (!r->ms.armed) {
+      ms_undetach(&st->rxs, &r->ms);
+      rx_free(st, &r->ms);
     }
     return;
   }
@@ -983,10 +1007,10 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
     return;
   /* Every call waiting looks again (more than one task reading one stream
    * is rare); so does weft_wait_fd. */
-  while (r->waiting.first)
-    waitlist_wake(loop, r->waiting.first, 0);
+  while (r->ms.waiting.first)
+    waitlist_wake(loop, r->ms.waiting.first, 0);
   if (queued || r->eof || r->err)
-    weft__fd_event(loop, r->fd, WEFT_READ);
+    weft__fd_event(loop, r->ms.fd, WEFT_READ);
 }
 
 /* Copies up to len bytes from the queue; with peek, leaves them there. */
@@ -1050,14 +1074,14 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
     }
     if (r->eof || !op->len)
       break;
-    if ((r->plain || st->rx_on < 0) && !r->armed) {
+    if ((r->plain || st->rx_on < 0) && !r->ms.armed) {
       if (got)
         break;
       r->plain = 0;
       return 0;
     }
     if (op->flags & MSG_DONTWAIT) {
-      if (!r->armed && !got)
+      if (!r->ms.armed && !got)
         return 0; /* the kernel holds what there is: ask it */
       if (!got && !polled) {
         /* The request may not have left this turn yet, and what came
@@ -1072,17 +1096,17 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
       *out = got ? (ssize_t)got : -EAGAIN;
       return 1;
     }
-    if (!r->armed)
+    if (!r->ms.armed)
       rx_arm(loop, st, r);
     uring_op u = {.r = r};
-    int rc = waitlist_park(loop, &r->waiting, &u, op->fd, undo_rx);
+    int rc = waitlist_park(loop, &r->ms.waiting, &u, op->fd, undo_rx);
     if (rc != 1) {
       /* Cancelled, or closed: what was taken is the caller's (a
        * level-triggered cancellation stops the next call). */
       *out = got ? (ssize_t)got : rc;
       return 1;
     }
-    if ((size_t)op->fd >= st->nrxs || st->rxs[op->fd] != r) {
+    if (ms_at(&st->rxs, op->fd) != &r->ms) {
       /* Closed after the data woke us, before we ran. */
       *out = got ? (ssize_t)got : -EBADF;
       return 1;
@@ -1095,21 +1119,16 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
 /* weft_close of a socket read with multishot recv: its queue is dropped,
  * its request cancelled; the record goes when the request has ended. */
 static void rx_close(weft_loop *loop, uring_state *st, int fd) {
-  if ((size_t)fd >= st->nrxs || !st->rxs[fd])
+  rx *r = (rx *)ms_take(&st->rxs, fd);
+  if (!r)
     return;
-  rx *r = st->rxs[fd];
-  st->rxs[fd] = NULL;
-  while (r->waiting.first) /* woken with -EBADF already (weft__fd_forget) */
-    waitlist_del(r->waiting.first);
-  if (!r->armed) {
-    rx_free(st, r);
+  if (!r->ms.armed) {
+    rx_free(st, &r->ms);
     return;
   }
   while (r->len)
     rx_pop(st, r);
-  r->detached = 1;
-  r->next_detached = st->rx_detached;
-  st->rx_detached = r;
+  ms_detach(&st->rxs, &r->ms);
   rx_stop(loop, st, r);
 }
 
@@ -1120,8 +1139,8 @@ static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
   if ((e->flags & (FD_SOCKET | FD_STREAM)) != (FD_SOCKET | FD_STREAM) ||
       (op->flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT)))
     return 0;
-  const rx *r = (size_t)op->fd < st->nrxs ? st->rxs[op->fd] : NULL;
-  if (r && (r->armed || r->len))
+  const rx *r = (const rx *)ms_at(&st->rxs, op->fd);
+  if (r && (r->ms.armed || r->len))
     return 1;
   if (weft__fault_hook)
     return 0;
@@ -1266,8 +1285,8 @@ static void uring_forget(weft_loop *loop, int fd) {
 
 static int uring_input_queued(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
-  return (size_t)fd < st->nrxs && st->rxs[fd] &&
-         (st->rxs[fd]->len || st->rxs[fd]->eof || st->rxs[fd]->err);
+  const rx *r = (const rx *)ms_at(&st->rxs, fd);
+  return r && (r->len || r->eof || r->err);
 }
 
 /* weft_file_read / write / fsync: straight to the ring, with the caller's
@@ -1315,14 +1334,14 @@ static void uring_quiesce(weft_loop *loop) {
     }
   /* And the multishot requests: accepts, whose connections would leak as
    * fds, and recvs, which hold ring buffers. */
-  for (size_t fd = 0; fd < st->nls; fd++)
-    if (st->ls[fd] && st->ls[fd]->armed)
-      accept_cancel(loop, st, st->ls[fd]);
-  for (size_t fd = 0; fd < st->nrxs; fd++)
-    if (st->rxs[fd])
-      rx_stop(loop, st, st->rxs[fd]);
-  for (rx *r = st->rx_detached; r; r = r->next_detached)
-    rx_stop(loop, st, r);
+  for (size_t fd = 0; fd < st->ls.n; fd++)
+    if (st->ls.v[fd] && st->ls.v[fd]->armed)
+      accept_cancel(loop, st, (listener *)st->ls.v[fd]);
+  for (size_t fd = 0; fd < st->rxs.n; fd++)
+    if (st->rxs.v[fd])
+      rx_stop(loop, st, (rx *)st->rxs.v[fd]);
+  for (multishot *m = st->rxs.detached; m; m = m->next_detached)
+    rx_stop(loop, st, (rx *)m);
   while (st->ninflight || st->narmed) {
     st->batch++;
     int rc = io_uring_submit_and_wait(&st->ring, 1);
