@@ -891,8 +891,13 @@ typedef struct weft_submit_opts {
  * its result goes to opts->release; arg must stay valid until then, so do
  * not point it into the caller's stack if the task may be cancelled). A
  * task cancelled before the call gets -ECANCELED and fn never runs; -EAGAIN if no worker thread could be started;
- * -ENOMEM; -EINVAL outside a task or fn NULL. fn must not call weft
- * functions other than weft_call_soon_threadsafe and weft_loop_ref/unref. */
+ * -ENOMEM; -EINVAL outside a task or fn NULL (after these three fn never
+ * runs). A deadline that passes just as the call starts may give
+ * -ETIMEDOUT with fn queued or not, so after -ECANCELED or -ETIMEDOUT the
+ * caller cannot tell whether fn runs: if arg must be freed either way, use
+ * weft_submit and weft_await, where the future exists exactly when fn was
+ * queued. fn must not call weft functions other than
+ * weft_call_soon_threadsafe and weft_loop_ref/unref. */
 int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result);
 int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
                             const weft_submit_opts *opts);
@@ -943,7 +948,8 @@ int weft_getaddrinfo(const char *node, const char *service,
  * returns at once (0, or -ECANCELED for a cancelled task) and closes the fd
  * when the last of them has ended, so
  * its number is not reused before (close files with weft_file_close, not
- * weft_close). */
+ * weft_close). weft_file_close's -ENOMEM (no job could be had) leaves the
+ * fd open, for the caller to close or to try again. */
 int weft_file_open(const char *path, int flags, mode_t mode);
 ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset);
 ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset);

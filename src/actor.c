@@ -185,9 +185,11 @@ static void registry_remove(registry *r, weft_actor *a) {
   r->count--;
 }
 
+static void actors_free(weft_loop *loop);
+
 static registry *registry_of(weft_loop *loop) {
-  if (!loop->actors)
-    loop->actors = weft__calloc(1, sizeof(registry));
+  if (!loop->actors && (loop->actors = weft__calloc(1, sizeof(registry))))
+    loop->actors_free = actors_free;
   return loop->actors;
 }
 
@@ -362,7 +364,9 @@ static void actor_exit(weft_task *t, void *arg) {
   record_free(r, a);
 }
 
-void weft__actors_free(weft_loop *loop) {
+/* Frees the registry and the records, releasing the messages still queued
+ * in mailboxes (the loop's actors_free hook). */
+static void actors_free(weft_loop *loop) {
   registry *r = loop->actors;
   if (!r)
     return;

@@ -8,8 +8,8 @@
  * Three implementations share this interface:
  *   ctx_x86_64.S   System V x86-64, hand-written
  *   ctx_aarch64.S  AAPCS64, hand-written
- *   ctx_ucontext.c getcontext/makecontext/swapcontext, for any POSIX target
- *                  (also selectable here with -DWEFT_CTX=ucontext)
+ *   ctx.c          getcontext/makecontext/swapcontext, for any POSIX target
+ *                  (its ucontext part; selectable with -DWEFT_CTX=ucontext)
  *
  * ctx.c wraps the raw switch with what the tools need to follow a switch:
  * ASan's fiber annotations, TSan's fibers, and the thread's "running region"

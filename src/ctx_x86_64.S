@@ -21,7 +21,7 @@
  *   +56  | return address     |
  *        +--------------------+
  *
- * weft__ctx_make (ctx_asm.c) builds the same frame on a fresh stack, with
+ * weft__ctx_make (ctx.c) builds the same frame on a fresh stack, with
  * r12 = the entry function and the return address = weft__ctx_trampoline.
  * `arg` comes back in rax (the return value) and also in rdi, so that a
  * fresh context receives it as entry's first argument.

@@ -15,8 +15,8 @@ typedef struct lookup {
   const char *node, *service; /* into text[], or NULL */
   struct addrinfo hints;
   int has_hints;
-  int rc;    /* getaddrinfo's */
-  int err;   /* errno, for EAI_SYSTEM */
+  int rc;  /* getaddrinfo's */
+  int err; /* errno, for EAI_SYSTEM */
   struct addrinfo *res;
   char text[];
 } lookup;
@@ -70,8 +70,6 @@ int weft_getaddrinfo(const char *node, const char *service,
     int rc = getaddrinfo(node, service, hints, res);
     return eai_errno(rc, errno);
   }
-  /* Checked here, so a -ECANCELED from weft_run_in_thread_with below can
-   * only mean the job was queued, and is lookup_free's to clean up. */
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
@@ -94,10 +92,11 @@ int weft_getaddrinfo(const char *node, const char *service,
     l->has_hints = 1;
   }
   weft_submit_opts opts = {.release = lookup_free};
-  rc = weft_run_in_thread_with(resolve, l, NULL, &opts);
+  int queued;
+  rc = weft__run_in_thread(resolve, l, NULL, &opts, &queued);
   if (rc < 0) {
-    if (rc != -ECANCELED && rc != -ETIMEDOUT)
-      weft__free(l); /* never submitted */
+    if (!queued)
+      weft__free(l); /* else lookup_free's, when the job ends */
     return rc;
   }
   rc = eai_errno(l->rc, l->err);

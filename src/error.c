@@ -27,11 +27,14 @@
   X(ENOSPC, "no space left on device")                                         \
   X(EPIPE, "broken pipe or closed channel")                                    \
   X(ERANGE, "result out of range")                                             \
+  X(EOVERFLOW, "value too large: a counter would overflow")                    \
   X(EDEADLK, "deadlock: nothing could ever wake this task")                    \
   X(ENOSYS, "function not implemented")                                        \
   X(EPROTO, "protocol error: generator ignored close")                         \
   X(EMSGSIZE, "message or line too long for the buffer")                       \
+  X(ENAMETOOLONG, "name too long (a Unix socket path)")                        \
   X(ENOTSUP, "operation not supported")                                        \
+  X(ESOCKTNOSUPPORT, "socket type not supported")                              \
   X(EAFNOSUPPORT, "address family not supported")                              \
   X(EADDRINUSE, "address already in use")                                      \
   X(EADDRNOTAVAIL, "address not available")                                    \

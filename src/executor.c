@@ -28,9 +28,9 @@ typedef struct job {
   void *(*fn)(void *);
   void *arg;
   void *result;
-  struct job *next; /* in the pool's queue, the done list, the cache */
-  weft_task *task;  /* weft_run_in_thread's caller while it waits, or NULL */
-  void **out;       /* ... and where its result goes (on its stack) */
+  struct job *next;    /* in the pool's queue, the done list, the cache */
+  weft_task *task;     /* weft_run_in_thread's caller while it waits, or NULL */
+  void **out;          /* ... and where its result goes (on its stack) */
   weft_future *future; /* weft_submit's future (the job holds a reference) */
   void (*release)(void *result, void *arg);
   void *release_arg;
@@ -38,16 +38,16 @@ typedef struct job {
 
 typedef struct pool {
   pthread_mutex_t lock;
-  pthread_cond_t work;   /* idle workers wait here */
-  job *head, *tail;      /* queued jobs, FIFO */
-  size_t queued;         /* how many */
-  unsigned idle;         /* workers waiting on `work` */
-  unsigned nthreads;     /* started (atomic: read by weft_executor_threads) */
-  unsigned max;          /* the pool's size */
-  int stopping;          /* weft_loop_free: drain the queue, then exit */
-  pthread_t *threads;    /* max of them */
+  pthread_cond_t work; /* idle workers wait here */
+  job *head, *tail;    /* queued jobs, FIFO */
+  size_t queued;       /* how many */
+  unsigned idle;       /* workers waiting on `work` */
+  unsigned nthreads;   /* started (atomic: read by weft_executor_threads) */
+  unsigned max;        /* the pool's size */
+  int stopping;        /* weft_loop_free: drain the queue, then exit */
+  pthread_t *threads;  /* max of them */
   weft_loop *loop;
-  job *cache;            /* delivered records, for reuse (loop thread) */
+  job *cache; /* delivered records, for reuse (loop thread) */
   size_t cached;
 } pool;
 
@@ -58,6 +58,9 @@ static unsigned default_threads(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n < 2 ? 2 : (unsigned)n;
 }
+
+static void executor_deliver(weft_loop *loop);
+static void executor_free(weft_loop *loop);
 
 static pool *pool_get(weft_loop *loop) {
   if (loop->executor)
@@ -75,6 +78,8 @@ static pool *pool_get(weft_loop *loop) {
   pthread_cond_init(&p->work, NULL);
   p->loop = loop;
   loop->executor = p;
+  loop->jobs_deliver = executor_deliver;
+  loop->pool_free = executor_free;
   return p;
 }
 
@@ -226,8 +231,10 @@ static void deliver(weft_loop *loop, job *j) {
 
 /* The jobs workers finished since the last turn (loop.c calls it when the
  * list is not empty). They were pushed newest first: deliver oldest first. */
-void weft__executor_deliver(weft_loop *loop) {
-  job *j = __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
+/* Delivers the jobs on loop->jobs_done (the loop's jobs_deliver hook). */
+static void executor_deliver(weft_loop *loop) {
+  job *j =
+      __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
   job *fifo = NULL;
   while (j) {
     job *next = j->next;
@@ -244,7 +251,9 @@ void weft__executor_deliver(weft_loop *loop) {
 
 /* weft_loop_free: let the workers finish what was queued, join them, and
  * release the results nobody will take now (no task runs again). */
-void weft__executor_free(weft_loop *loop) {
+/* Joins the pool and releases what it still holds (the loop's pool_free
+ * hook, first in weft_loop_free). */
+static void executor_free(weft_loop *loop) {
   pool *p = loop->executor;
   if (!p)
     return;
@@ -254,7 +263,8 @@ void weft__executor_free(weft_loop *loop) {
   pthread_mutex_unlock(&p->lock);
   for (unsigned i = 0; i < p->nthreads; i++)
     pthread_join(p->threads[i], NULL);
-  job *j = __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
+  job *j =
+      __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
   while (j) {
     job *next = j->next;
     job_drop_result(j);
@@ -274,7 +284,6 @@ void weft__executor_free(weft_loop *loop) {
   loop->executor = NULL;
 }
 
-
 /* ---- the public calls ------------------------------------------------- */
 /* The caller was cancelled: the job is nobody's now; delivery releases it. */
 static void undo_run(weft_task *t, void *arg) {
@@ -284,13 +293,19 @@ static void undo_run(weft_task *t, void *arg) {
   j->out = NULL;
 }
 
-int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
-                            const weft_submit_opts *opts) {
+int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
+                        const weft_submit_opts *opts, int *queued) {
+  *queued = 0;
   weft_task *t = weft__running_task();
   if (!t || !fn)
     return -EINVAL;
   int rc = weft__checkpoint();
   if (rc < 0)
+    return rc;
+  /* The timer of a deadline around the call is armed before the job is
+   * queued, so that its failing (-ENOMEM) leaves nothing queued; the park
+   * below then finds it armed. */
+  if (t->scope && (rc = weft__deadline_arm(t)) < 0)
     return rc;
   weft_loop *loop = t->loop;
   job *j = job_new(loop, fn, arg, opts);
@@ -301,12 +316,22 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
   j->out = &out;
   if ((rc = job_submit(loop, j)) < 0)
     return rc;
+  *queued = 1;
   /* Woken by delivery (which frees the job), or cancelled: then undo_run
-   * has made the job nobody's, and delivery releases its result. */
+   * has made the job nobody's, and delivery releases its result. (The
+   * deadline may also pass between the checkpoint above and the park,
+   * which then returns -ETIMEDOUT at once: the job is queued all the
+   * same.) */
   rc = weft__park(WAIT_EXECUTOR, (int64_t)(uintptr_t)fn, undo_run, j);
   if (rc == 0 && result)
     *result = out;
   return rc;
+}
+
+int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
+                            const weft_submit_opts *opts) {
+  int queued;
+  return weft__run_in_thread(fn, arg, result, opts, &queued);
 }
 
 int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result) {
@@ -315,7 +340,8 @@ int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result) {
 
 weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
                               const weft_submit_opts *opts) {
-  weft_loop *loop = weft__loop_running ? weft__loop_running : weft_loop_current();
+  weft_loop *loop =
+      weft__loop_running ? weft__loop_running : weft_loop_current();
   if (!loop || !fn) {
     errno = EINVAL;
     return NULL;

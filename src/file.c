@@ -29,14 +29,14 @@ enum { F_OPEN, F_READ, F_WRITE, F_FSYNC, F_CLOSE };
 
 typedef struct fop {
   weft_loop *loop;
-  int op;     /* F_* */
+  int op; /* F_* */
   int fd;
-  int flags;  /* open's */
+  int flags; /* open's */
   mode_t mode;
   size_t len;
   off_t off;
   ssize_t rc; /* the call's result or -errno */
-  char *data;  /* open: the path; read, write: the bytes (in raw) */
+  char *data; /* open: the path; read, write: the bytes (in raw) */
   char raw[];
 } fop;
 
@@ -128,12 +128,12 @@ static int fd_gone(weft_loop *loop, int fd) {
 
 /* Runs f on the pool and frees it. Returns the call's result (a read's
  * bytes copied to `out` first), or a negative errno if the caller stopped
- * waiting (-ECANCELED, -ETIMEDOUT: fop_release frees f when the job ends)
- * or the job could not be queued. */
+ * waiting (-ECANCELED, -ETIMEDOUT: if the job was queued, fop_release
+ * frees f when it ends) or the job could not be queued. */
 static ssize_t fop_run(fop *f, void *out) {
   weft_submit_opts opts = {.release = fop_release};
   int rc = weft__checkpoint();
-  if (rc < 0) { /* checked here, so a -ECANCELED below means queued */
+  if (rc < 0) {
     weft__free(f);
     return rc;
   }
@@ -149,9 +149,10 @@ static ssize_t fop_run(fop *f, void *out) {
     }
     e->file_jobs++;
   }
-  rc = weft_run_in_thread_with(run_fop, f, NULL, &opts);
+  int queued;
+  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued);
   if (rc < 0) {
-    if (rc != -ECANCELED && rc != -ETIMEDOUT) { /* never queued */
+    if (!queued) {
       fop_ended(f);
       weft__free(f);
     }
@@ -266,7 +267,7 @@ int weft_file_close(int fd) {
     return rc < 0 ? rc : crc;
   }
   fop *f = fop_new(F_CLOSE, fd, 0);
-  if (!f)
+  if (!f) /* the fd stays open: the caller may close it (weft.h) */
     return -ENOMEM;
   weft_submit_opts opts = {.release = fop_release};
   int rc = weft__checkpoint();
@@ -276,9 +277,10 @@ int weft_file_close(int fd) {
     weft__free(f);
     return close(fd) < 0 && errno != EINTR ? -errno : rc;
   }
-  rc = weft_run_in_thread_with(run_fop, f, NULL, &opts);
+  int queued;
+  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued);
   if (rc < 0) {
-    if (rc == -ECANCELED || rc == -ETIMEDOUT)
+    if (queued)
       return rc; /* the close happens on the pool */
     weft__free(f);
     return close(fd) < 0 && errno != EINTR ? -errno : 0;

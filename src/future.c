@@ -73,6 +73,8 @@ static inline void future_init(weft_future *f) {
   f->reserved = f->queued = f->spare = 0;
 }
 
+static void futures_free(weft_loop *loop);
+
 /* No record in the cache, or no loop running: a fresh one from malloc, of
  * the thread's current loop. */
 static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
@@ -91,6 +93,7 @@ static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
     f->cbs_last = NULL;
     f->loop = loop;
     f->task = NULL;
+    loop->futures_free = futures_free; /* it may come back to the cache */
   }
   future_init(f);
   return f;
@@ -156,7 +159,8 @@ inline void weft_future_release(weft_future *f) {
     future_free(f);
 }
 
-void weft__futures_free(weft_loop *loop) {
+/* Frees the records the loop kept (the loop's futures_free hook). */
+static void futures_free(weft_loop *loop) {
   while (loop->future_cache) {
     weft_future *f = loop->future_cache;
     loop->future_cache = f->u.next_free;

@@ -17,6 +17,22 @@
 
 #include <errno.h>
 
+/* ---- ids --------------------------------------------------------------
+ * Process-unique, for generators and tasks (task.c) alike, taken from a
+ * shared counter a block at a time so that a spawn does not pay for an
+ * atomic operation. */
+#define ID_BLOCK 1024
+static uint64_t id_counter = 1;
+static WEFT__TLS uint64_t id_next, id_end;
+
+uint64_t weft__next_id(void) {
+  if (id_next == id_end) {
+    id_next = __atomic_fetch_add(&id_counter, ID_BLOCK, __ATOMIC_RELAXED);
+    id_end = id_next + ID_BLOCK;
+  }
+  return id_next++;
+}
+
 enum { GEN_CREATED, GEN_SUSPENDED, GEN_RUNNING, GEN_DONE };
 
 struct weft_gen {

@@ -200,7 +200,7 @@ struct weft_loop {
   /* The executor (executor.c): its pool, NULL until the first job, and
    * the pool's size from the config (0: the default). Workers push the
    * jobs they finish onto jobs_done (atomic, lock-free) and wake the loop;
-   * each turn hands the list to weft__executor_deliver. jobs_pending
+   * each turn hands the list to jobs_deliver (below). jobs_pending
    * counts jobs not yet delivered: they keep the loop alive. */
   void *executor;
   unsigned executor_max;
@@ -214,6 +214,14 @@ struct weft_loop {
   /* Actors (actor.c): the registry of names and the actor records, or
    * NULL before the first spawn. */
   void *actors;
+
+  /* The state above keeps what layer 5 keeps on the loop; the loop (layer
+   * 4) does not call up into those parts by name: each sets its hooks here
+   * when it first attaches state, and the loop calls them back. */
+  void (*jobs_deliver)(weft_loop *loop); /* executor.c: jobs_done, a turn */
+  void (*pool_free)(weft_loop *loop);    /* executor.c: first in loop_free */
+  void (*futures_free)(weft_loop *loop); /* future.c: the record cache */
+  void (*actors_free)(weft_loop *loop);  /* actor.c: the registry */
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
@@ -253,10 +261,11 @@ int weft__park_raw(int what, int64_t detail);
  * task that is not parked. */
 void weft__wake(weft_task *t, int rc);
 
-/* Runs the tasks that are ready, in order, until the last of those that
- * were ready when it began has run or WEFT__BATCH of them have; tasks hand
- * the CPU to each other directly, and the loop gets it back at the end
- * (task.c). A task made ready meanwhile waits for the next turn. */
+/* Runs the tasks that are ready, in order, until the queue is empty or
+ * WEFT__BATCH of them have run; tasks hand the CPU to each other directly,
+ * and the loop gets it back at the end (task.c). A task woken meanwhile
+ * runs in this turn too, after those queued before it; one that yielded
+ * waits for the next turn. */
 void weft__run_ready(weft_loop *loop);
 
 /* While tasks are ready, the loop looks at I/O (a poll that does not
@@ -280,7 +289,14 @@ void weft__tasks_free(weft_loop *loop);
 /* Reads WEFT_SEED into the loop's generators (task.c). */
 void weft__seed_init(weft_loop *loop);
 
-/* A process-unique id for a task or a generator (task.c). */
+/* weft_run_in_thread_with, which also says whether the job was queued:
+ * *queued is 1 from the moment it is, and an error returned after that
+ * (-ECANCELED, -ETIMEDOUT) means fn runs all the same and its result goes
+ * to opts->release; 0 with an error means fn never runs (executor.c). */
+int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
+                        const weft_submit_opts *opts, int *queued);
+
+/* A process-unique id for a task or a generator (gen.c). */
 uint64_t weft__next_id(void);
 
 /* The running task, or NULL. Inline: every I/O call asks, twice. */
@@ -342,11 +358,6 @@ void weft__threadsafe_run(weft_loop *loop);
 /* Wakes the loop if it waits in its backend: from any thread (loop.c). */
 void weft__loop_wake(weft_loop *loop);
 
-/* Delivers the jobs on loop->jobs_done; joins the pool and releases what
- * it still holds (executor.c). */
-void weft__executor_deliver(weft_loop *loop);
-void weft__executor_free(weft_loop *loop);
-
 /* A future's reference count (future.c). */
 uint32_t weft__future_refs(const weft_future *f);
 
@@ -360,13 +371,6 @@ void weft__quit_fd_read(weft_loop *loop);
 /* The eventfd that wakes the loop fired: drain it (loop.c). */
 void weft__wake_fd_drain(weft_loop *loop);
 
-/* Frees the future records the loop kept (future.c). */
-void weft__futures_free(weft_loop *loop);
-
-/* Frees the loop's actor registry and records, releasing the messages
- * still queued in mailboxes (actor.c). */
-void weft__actors_free(weft_loop *loop);
-
 /* Timers and callbacks (timer.c). weft__timers_fire runs every timer due
  * at loop->now; weft__callbacks_run the callbacks queued before it was
  * called. weft__timers_next is the nearest deadline or WEFT_NEVER; it
@@ -379,6 +383,13 @@ void weft__timers_free(weft_loop *loop);
 /* Sets the next sequence number (tests: to reach the renumbering that
  * keeps 32-bit sequence numbers ordered). */
 void weft__timer_seq_set(weft_loop *loop, uint32_t seq);
+
+/* The thread's loops and their clock (clock.c): CLOCK_MONOTONIC in ns;
+ * the thread's list of loops, whose head is weft_loop_current(), which
+ * weft_loop_new and weft_loop_free keep. */
+int64_t weft__real_now(void);
+void weft__thread_loop_add(weft_loop *loop);
+void weft__thread_loop_remove(weft_loop *loop);
 
 /* The loop's clock in this turn: read at its start if timers are armed,
  * else at the first call that needs it (a clock read costs ~28 ns in this

@@ -20,24 +20,6 @@
 #include <fcntl.h>
 #endif
 
-/* This thread's loops, newest first: the head is weft_loop_current(). */
-static WEFT__TLS weft_loop *thread_loops;
-
-static int64_t real_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* The clock of the loop running on this thread (or, outside a run, of the
- * thread's current loop): the virtual one if that loop has it. */
-int64_t weft_now(void) {
-  weft_loop *loop = weft__loop_running ? weft__loop_running : thread_loops;
-  if (__builtin_expect(loop && loop->vclock, 0))
-    return loop->vnow;
-  return real_now();
-}
-
 /* The backend a name selects: NULL or "" is the platform's default.
  * "io_uring" in a build without liburing gives the default, with the
  * notice of a failed io_uring init. */
@@ -83,8 +65,9 @@ static void uring_notice(int err) {
 
 /* ---- wake-ups from other threads --------------------------------------
  * weft_call_soon_threadsafe appends to a queue under a short lock and, if
- * the loop has not been signalled since it last took the queue, writes the
- * eventfd the backend watches: one wake-up per batch, however many calls.
+ * the loop has not been signalled since it last went to wait (ts_arm),
+ * writes the eventfd the backend watches: one wake-up per batch, however
+ * many calls.
  * The loop takes the whole queue at the start of a turn (swapping it with
  * an empty array, so the callbacks run without the lock). */
 static int wake_open(weft_loop *loop) {
@@ -253,7 +236,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   loop->executor_max = cfg ? cfg->executor_threads : 0;
   if (cfg && cfg->virtual_clock) {
     loop->vclock = 1;
-    loop->vnow = real_now();
+    loop->vnow = weft__real_now();
   }
   loop->spare_fd = -1;
   loop->io_budget = WEFT__IO_BUDGET;
@@ -289,13 +272,8 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   pthread_mutex_init(&loop->ts_lock, NULL);
   weft__seed_init(loop);
   weft__overflow_init();
-  loop->next_on_thread = thread_loops;
-  thread_loops = loop;
+  weft__thread_loop_add(loop);
   return loop;
-}
-
-weft_loop *weft_loop_current(void) {
-  return weft__loop_running ? weft__loop_running : thread_loops;
 }
 
 void weft_loop_stop(weft_loop *loop) {
@@ -306,21 +284,20 @@ void weft_loop_stop(weft_loop *loop) {
 void weft_loop_free(weft_loop *loop) {
   if (!loop || loop->running)
     return;
-  for (weft_loop **p = &thread_loops; *p; p = &(*p)->next_on_thread)
-    if (*p == loop) {
-      *p = loop->next_on_thread;
-      break;
-    }
+  weft__thread_loop_remove(loop);
   /* The pool first: a job may still be using a task's stack (its arg). */
-  weft__executor_free(loop);
+  if (loop->pool_free)
+    loop->pool_free(loop);
   /* And the kernel's: a request in flight may still write into a stack. */
   if (loop->backend->quiesce)
     loop->backend->quiesce(loop);
   weft__tasks_free(loop);
   weft__stack_trim();
   weft__timers_free(loop);
-  weft__futures_free(loop);
-  weft__actors_free(loop);
+  if (loop->futures_free)
+    loop->futures_free(loop);
+  if (loop->actors_free)
+    loop->actors_free(loop);
   weft__fds_free(loop);
   loop->backend->fini(loop);
   /* A thread may still be inside weft_call_soon_threadsafe or
@@ -474,7 +451,7 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
     if (__atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE))
       weft__threadsafe_run(loop);
     if (__atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED))
-      weft__executor_deliver(loop);
+      loop->jobs_deliver(loop);
     /* What was queued before the turn runs before the timers that came
      * due meanwhile (seed 003 looks at its sleepers only when nothing is
      * ready; asyncio and tornado do the same). A turn with neither makes

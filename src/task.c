@@ -1,8 +1,9 @@
 /*
  * Layer 3: tasks. A task is a function running on its own stack, switched
- * in by the loop when it is ready and out when it parks, yields or ends.
- * Every switch goes through the loop's own context (task -> loop -> task),
- * which keeps the ready queue the one place where order is decided.
+ * in when it is ready and out when it parks, yields or ends. A task that
+ * gives up the CPU hands it straight to the next ready one (task -> task;
+ * the loop's own context gets it back at the end of the turn), and the
+ * ready queue stays the one place where order is decided.
  */
 #include "internal.h"
 
@@ -40,21 +41,6 @@ static weft_task *record_of(const weft_task *h) {
   return h && h->state != TASK_FREE ? (weft_task *)h : NULL;
 }
 #endif
-
-/* ---- ids --------------------------------------------------------------
- * Process-unique, taken from a shared counter a block at a time so that a
- * spawn does not pay for an atomic operation. */
-#define ID_BLOCK 1024
-static uint64_t id_counter = 1;
-static WEFT__TLS uint64_t id_next, id_end;
-
-uint64_t weft__next_id(void) {
-  if (id_next == id_end) {
-    id_next = __atomic_fetch_add(&id_counter, ID_BLOCK, __ATOMIC_RELAXED);
-    id_end = id_next + ID_BLOCK;
-  }
-  return id_next++;
-}
 
 /* ---- records ---------------------------------------------------------- */
 #define SLAB_RECORDS 64
@@ -158,10 +144,10 @@ pick_next(weft_loop *loop) {
   if (!next || loop->batch == 0 || loop->stop)
     return NULL;
   /* Past the tasks that were ready when the turn began, a task woken
-   * during the turn runs at once too (the hand-off Go's runnext makes:
-   * a send to a waiting receiver switches straight to it), but a task
-   * that yielded waits for the next turn, after the timers, callbacks
-   * and I/O. */
+   * during the turn runs in the same turn too, in the order it was woken
+   * (a receiver woken by a send runs once the tasks queued before it
+   * have), but a task that yielded waits for the next turn, after the
+   * timers, callbacks and I/O. */
   if (!loop->batch_last && (next->flags & TASK_YIELDED))
     return NULL;
   loop->batch--;

@@ -298,9 +298,10 @@ static void *basic_main(void *arg) {
   CHECK(!pthread_equal(j.thread, pthread_self()));
   CHECK(!pthread_equal(j.thread, main_thread));
   CHECK_EQ(j.all_blocked, 1); /* "workers run with every signal blocked" */
-  /* The ticker ran meanwhile: 20 ticks of 5 ms fit in 100 ms; 3 is
-   * generous for a loaded machine or valgrind. */
-  CHECK_GE(ticks, 3);
+  /* The ticker ran meanwhile: 20 ticks of 5 ms fit in 100 ms. Under
+   * valgrind on a loaded machine CI once saw 2, so any tick will do: none
+   * would mean the loop stood still while fn ran. */
+  CHECK_GE(ticks, 1);
   ticking = 0;
   CHECK_EQ(weft_join(t, NULL), 0);
 
@@ -1468,6 +1469,47 @@ static void *file_cancel_open_main(void *arg) {
 }
 
 /* A cancelled close (cancelled in the turn it parked in) still closes. */
+/* Deadlines that pass while a file call or a lookup is being set up: the
+ * call knows exactly whether its job was queued, so no record leaks (ASan
+ * and Valgrind look at exit) and the close deferred behind the jobs still
+ * happens. (A deadline that passed between the file call's own checkpoint
+ * and the pool's once passed for "queued": the record leaked, and the fd's
+ * count of jobs never came back to 0, so its close never came.) */
+static void *deadline_race_main(void *arg) {
+  (void)arg;
+  int fd = weft_file_open(path, O_RDONLY, 0);
+  CHECK_GE(fd, 0);
+  int n = RUNNING_ON_VALGRIND ? 2000 : 20000, late = 0;
+  for (int i = 0; i < n; i++) {
+    weft_scope s;
+    weft_scope_enter(&s, weft_now() + i % 3000);
+    int rc = weft_file_fsync(fd);
+    (void)weft_scope_exit(&s);
+    if (rc == -ETIMEDOUT)
+      late++;
+    else
+      CHECK_EQ(rc, 0);
+  }
+  for (int i = 0; i < n / 10; i++) {
+    struct addrinfo *res = NULL;
+    weft_scope s;
+    weft_scope_enter(&s, weft_now() + i % 3000);
+    int rc = weft_getaddrinfo("127.0.0.1", NULL, NULL, &res);
+    (void)weft_scope_exit(&s);
+    if (rc == 0)
+      freeaddrinfo(res);
+    else
+      CHECK_EQ(rc, -ETIMEDOUT);
+  }
+  CHECK_EQ(weft_file_close(fd), 0);
+  while (weft_executor_pending(weft_loop_current()))
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed once the last job ended */
+  printf("  deadlines passing as file calls start: %d of %d fsyncs late\n",
+         late, n);
+  return NULL;
+}
+
 static void *file_cancel_close_main(void *arg) {
   (void)arg;
   int fd = weft_file_open(path, O_RDONLY, 0);
@@ -1659,6 +1701,7 @@ static void test_files(void) {
     CHECK_EQ((unsigned char)rbuf[i], 0xAA);
   run("file open cancelled", file_cancel_open_main, NULL);
   run("file close cancelled", file_cancel_close_main, NULL);
+  run("deadlines passing as file calls start", deadline_race_main, NULL);
   test_deferred_close();
   CHECK_SUBTEST(double_close);
   CHECK_SUBTEST(read_after_close);
@@ -1788,7 +1831,7 @@ static void test_signals(void) {
   printf("  signals: ok\n");
 }
 
-/* ---- weft_dump --------------------------------------------------------------- */
+/* ---- weft_dump ----------------------------------------------------------- */
 static void *nap_fn(void *arg) {
   (void)arg;
   sleep_ns(WEFT_MS(100));

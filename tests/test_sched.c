@@ -960,6 +960,11 @@ static void test_errors(void) {
       {EPIPE, "EPIPE", "broken pipe or closed channel"},
       {EAGAIN, "EAGAIN", "resource temporarily unavailable: would block"},
       {EMSGSIZE, "EMSGSIZE", "message or line too long for the buffer"},
+      /* sync.c (a semaphore at SIZE_MAX), net.c (a Unix path too long),
+       * dns.c (EAI_SOCKTYPE) */
+      {EOVERFLOW, "EOVERFLOW", "value too large: a counter would overflow"},
+      {ENAMETOOLONG, "ENAMETOOLONG", "name too long (a Unix socket path)"},
+      {ESOCKTNOSUPPORT, "ESOCKTNOSUPPORT", "socket type not supported"},
   };
   for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
     CHECK_STR_EQ(weft_err_name(-known[i].code), known[i].name);
