@@ -11,6 +11,9 @@
  *    error and changes nothing.
  *  - If a call that starts a task or takes a callback fails, the task or the
  *    callback never runs.
+ *  - A call that blocks inside a scope with a deadline arms that deadline's
+ *    timer when it first blocks, so any blocking call may also return
+ *    -ENOMEM, even where its own list of errors does not say so.
  *  - Times are int64_t nanoseconds on the monotonic clock.
  *  - errno belongs to the task: weft saves it when a task switches out and
  *    restores it when the task resumes.
@@ -136,7 +139,9 @@ weft_loop *weft_loop_new(const weft_config *cfg);
 /* Runs the loop until no task, callback, timer or wait is left, or until
  * weft_loop_stop. Must be called on the thread that created the loop, and
  * not from inside a task. Returns 0 when the loop ran out of work, 1 when it
- * was stopped, -EINVAL on misuse (nested run, wrong thread). */
+ * was stopped, -EINVAL on misuse (nested run, wrong thread); -EDEADLK if
+ * tasks were deadlocked and cancelling them woke none of them; the
+ * backend's negative errno if waiting for events failed. */
 int weft_loop_run(weft_loop *loop);
 
 /* Makes weft_loop_run return after the current iteration. Tasks that are not
@@ -158,7 +163,8 @@ weft_loop *weft_loop_current(void);
  * calls return -ECANCELED) and the loop runs on until they finish. With the
  * environment variable WEFT_DEBUG=1 the task dump is printed first.
  * Returns fn's value, or a negative errno if the loop could not be made
- * (fn then never runs). */
+ * (fn then never runs) or weft_loop_run failed (-EDEADLK, a backend's
+ * error). */
 int weft_main(int (*fn)(void *), void *arg);
 
 /* ------------------------------------------------------------------------ */
@@ -190,9 +196,10 @@ int weft_go(void *(*fn)(void *), void *arg);
 
 /* Waits until `t` finishes and stores its return value in *result (if
  * non-NULL). Consumes the handle. Returns 0; -EINVAL if t is NULL, the
- * caller itself, already joined or detached, or if the caller is not a task
- * of t's loop; -ECANCELED if the caller was cancelled while waiting (t keeps
- * running and the handle stays valid). */
+ * caller itself, already joined or detached, or if t has not finished and
+ * the caller is not a task of t's loop (a finished task can be joined from
+ * outside the loop's tasks too); -ECANCELED if the caller was cancelled
+ * while waiting (t keeps running and the handle stays valid). */
 int weft_join(weft_task *t, void **result);
 
 /* Gives up the handle: the task's record is recycled when it finishes.
@@ -940,7 +947,10 @@ int weft_getaddrinfo(const char *node, const char *service,
  * always "ready", so waiting for readiness would block the loop). Reads
  * and writes go through a buffer of the job's own, so a cancelled call
  * returns at once and never touches `buf` afterwards; a cancelled write may
- * still happen. open adds O_CLOEXEC. Each returns what the POSIX call
+ * still happen. (On the io_uring backend they are requests on the ring,
+ * into and out of `buf` itself: a cancelled call there waits until the
+ * kernel is done with `buf`, which for a file is soon, and returns what
+ * the request did if it completed.) open adds O_CLOEXEC. Each returns what the POSIX call
  * returns (an fd, a count, 0) or a negative errno; -ECANCELED, -ETIMEDOUT,
  * -EINVAL outside a task. A cancelled open closes the fd it got; a
  * cancelled close still closes. The calls of a cancelled read or write

@@ -282,8 +282,12 @@ int weft_file_close(int fd) {
   if (rc < 0) {
     if (queued)
       return rc; /* the close happens on the pool */
+    /* Not queued: close here, and say why the call stopped if it was
+     * cancelled (as above), else nothing (the close is done). */
     weft__free(f);
-    return close(fd) < 0 && errno != EINTR ? -errno : 0;
+    if (close(fd) < 0 && errno != EINTR)
+      return -errno;
+    return rc == -ECANCELED || rc == -ETIMEDOUT ? rc : 0;
   }
   rc = (int)f->rc;
   weft__free(f);
