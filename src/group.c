@@ -22,7 +22,21 @@ struct weft_group {
   weft_task *waiter; /* the task in weft_group_wait, if any */
   int cancelled;     /* weft_group_cancel was called */
   int freed;         /* weft_group_free was called: last child frees it */
+  /* While freed and children still run: the loop's list of such groups
+   * (loop->freed_groups), which weft_loop_free empties when it drops the
+   * children without running them to their end. */
+  struct weft_group *freed_prev, *freed_next;
 };
+
+/* weft_loop_free: the children of these groups were dropped, not ended
+ * (the loop's groups_free hook). */
+static void groups_free(weft_loop *loop) {
+  while (loop->freed_groups) {
+    weft_group *g = loop->freed_groups;
+    loop->freed_groups = g->freed_next;
+    weft__free(g);
+  }
+}
 
 weft_group *weft_group_new(void) {
   weft_loop *loop = weft_loop_current();
@@ -50,8 +64,15 @@ static void child_exit(weft_task *t, void *arg) {
     return;
   if (g->waiter)
     weft__wake(g->waiter, 0);
-  else if (g->freed)
+  else if (g->freed) {
+    if (g->freed_prev)
+      g->freed_prev->freed_next = g->freed_next;
+    else
+      g->loop->freed_groups = g->freed_next;
+    if (g->freed_next)
+      g->freed_next->freed_prev = g->freed_prev;
     weft__free(g);
+  }
 }
 
 weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg) {
@@ -130,5 +151,12 @@ void weft_group_free(weft_group *g) {
     return;
   }
   g->freed = 1;
+  weft_loop *loop = g->loop;
+  g->freed_prev = NULL;
+  g->freed_next = loop->freed_groups;
+  if (g->freed_next)
+    g->freed_next->freed_prev = g;
+  loop->freed_groups = g;
+  loop->groups_free = groups_free;
   weft_group_cancel(g);
 }

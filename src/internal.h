@@ -222,6 +222,9 @@ struct weft_loop {
   void (*pool_free)(weft_loop *loop);    /* executor.c: first in loop_free */
   void (*futures_free)(weft_loop *loop); /* future.c: the record cache */
   void (*actors_free)(weft_loop *loop);  /* actor.c: the registry */
+  void (*groups_free)(weft_loop *loop);  /* group.c: freed_groups */
+  /* Groups freed while children still run (group.c). */
+  struct weft_group *freed_groups;
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;

@@ -298,6 +298,8 @@ void weft_loop_free(weft_loop *loop) {
     loop->futures_free(loop);
   if (loop->actors_free)
     loop->actors_free(loop);
+  if (loop->groups_free) /* after the tasks: their children are gone */
+    loop->groups_free(loop);
   weft__fds_free(loop);
   loop->backend->fini(loop);
   /* A thread may still be inside weft_call_soon_threadsafe or
