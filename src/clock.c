@@ -20,7 +20,7 @@ int64_t weft__real_now(void) {
 /* The clock of the loop running on this thread (or, outside a run, of the
  * thread's current loop): the virtual one if that loop has it. */
 int64_t weft_now(void) {
-  weft_loop *loop = weft__loop_running ? weft__loop_running : thread_loops;
+  weft_loop *loop = weft_loop_current();
   if (__builtin_expect(loop && loop->vclock, 0))
     return loop->vnow;
   return weft__real_now();

@@ -270,20 +270,15 @@ int weft_file_close(int fd) {
   if (!f) /* the fd stays open: the caller may close it (weft.h) */
     return -ENOMEM;
   weft_submit_opts opts = {.release = fop_release};
-  int rc = weft__checkpoint();
-  if (rc < 0) {
-    /* Cancelled already: close here (a close of a regular file does not
-     * wait for I/O on Linux, except on network file systems) */
-    weft__free(f);
-    return close(fd) < 0 && errno != EINTR ? -errno : rc;
-  }
   int queued;
-  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued);
+  int rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued);
   if (rc < 0) {
     if (queued)
       return rc; /* the close happens on the pool */
-    /* Not queued: close here, and say why the call stopped if it was
-     * cancelled (as above), else nothing (the close is done). */
+    /* Not queued (cancelled already, or no job or thread could be had):
+     * close here (a close of a regular file does not wait for I/O on
+     * Linux, except on network file systems), and say why the call
+     * stopped if it was cancelled, else nothing (the close is done). */
     weft__free(f);
     if (close(fd) < 0 && errno != EINTR)
       return -errno;
