@@ -630,11 +630,14 @@ weft_group *weft_group_new(void);
  * ends. A child spawned into a cancelled group starts cancelled. */
 weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg);
 
-/* Waits until every child of g has finished. Returns 0; -ECANCELED or
- * -ETIMEDOUT if the caller was cancelled or a scope's deadline passed, in
- * which case the children were cancelled and waited for all the same: no
- * child outlives its group's wait. -EINVAL if g is NULL or the caller is
- * not a task of g's loop. */
+/* Waits until every child of g has finished, children spawned while it
+ * waits included. Returns 0; -ECANCELED or -ETIMEDOUT if the caller was
+ * cancelled or a scope's deadline passed, in which case the group is
+ * cancelled (as by weft_group_cancel: children spawned later start
+ * cancelled) and the children are waited for all the same: no child
+ * outlives its group's wait. -ENOMEM (a deadline's timer) cancels nothing:
+ * the children run on. -EINVAL if g is NULL, the caller is not a task of
+ * g's loop, or another task is in weft_group_wait on g. */
 int weft_group_wait(weft_group *g);
 
 /* Cancels every child of g still running, and those spawned into it
@@ -642,7 +645,10 @@ int weft_group_wait(weft_group *g);
 void weft_group_cancel(weft_group *g);
 
 /* Frees g. Children still running are cancelled; the group's memory goes
- * when the last of them ends. NULL is ignored. */
+ * when the last of them ends (and a task in weft_group_wait on g has
+ * returned). A group may be freed after its loop: the loop dropped the
+ * children, and the group is then only good for weft_group_free (the other
+ * calls return -EINVAL, or NULL). NULL is ignored. */
 void weft_group_free(weft_group *g);
 
 /* ------------------------------------------------------------------------ */
@@ -751,7 +757,9 @@ void weft_cond_init(weft_cond *c);
 /* Unlocks m (which the caller must hold), waits for a signal, locks m
  * again. Returns 0; -ECANCELED or -ETIMEDOUT if the wait was cut short, in
  * which case m is locked again all the same, as pthread_cond_wait does on
- * cancellation; -EPERM if the caller does not hold m; -EINVAL. */
+ * cancellation; -EDEADLK, the one return without m held, if the loop found
+ * its tasks deadlocked while m was being locked again (the task holding m
+ * can never give it back); -EPERM if the caller does not hold m; -EINVAL. */
 int weft_cond_wait(weft_cond *c, weft_mutex *m);
 
 /* Wakes the first waiter, or every one. NULL is ignored. */

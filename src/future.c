@@ -9,8 +9,12 @@
  * the loop's callback ring when the first callback is added, so completing
  * a future never fails for want of memory.
  *
- * Records are kept per loop for reuse: create, set and await allocate
- * nothing in the steady state.
+ * Records come from chunks the loop keeps until it is freed, and are
+ * reused: create, set and await allocate nothing in the steady state, and
+ * a future the loop still refers to when it is freed (a weft_async task's,
+ * a parked awaiter's, a queued run of callbacks') goes with it, its
+ * callbacks too. The memory is the most futures ever alive at once, as for
+ * task records.
  *
  * The four calls of a future's common life (new, set_result, await,
  * release) are defined `inline`: weft.h declares them without it, so each
@@ -64,8 +68,15 @@ struct weft_future {
   void *async_arg;
 };
 
-/* Freed records kept per loop; beyond this many they go back to malloc. */
-#define CACHE_MAX 1024
+_Static_assert(sizeof(struct weft_future) == 64, "a record per cache line");
+
+/* A chunk: a 64-byte header slot, then FUTURE_CHUNK records, each on its
+ * own cache line. */
+#define FUTURE_CHUNK 63
+typedef struct future_chunk {
+  struct future_chunk *next;
+  void *mem; /* the allocation the chunk was aligned in */
+} future_chunk;
 
 static inline void future_init(weft_future *f) {
   f->refs = 1;
@@ -75,26 +86,35 @@ static inline void future_init(weft_future *f) {
 
 static void futures_free(weft_loop *loop);
 
-/* No record in the cache, or no loop running: a fresh one from malloc, of
+/* No record in the cache, or no loop running: a record of a new chunk, of
  * the thread's current loop. */
 static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
   if (!loop && !(loop = weft_loop_current())) {
     errno = EINVAL;
     return NULL;
   }
-  weft_future *f = loop->future_cache;
-  if (f) {
-    loop->future_cache = f->u.next_free;
-    loop->future_cached--;
-  } else {
-    if (!(f = weft__malloc(sizeof *f)))
+  if (!loop->future_cache) {
+    void *mem = weft__malloc((FUTURE_CHUNK + 1) * 64 + 63);
+    if (!mem)
       return NULL;
-    f->waiters = NULL;
-    f->cbs_last = NULL;
-    f->loop = loop;
-    f->task = NULL;
-    loop->futures_free = futures_free; /* it may come back to the cache */
+    future_chunk *c = (future_chunk *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    c->mem = mem;
+    c->next = loop->future_chunks;
+    loop->future_chunks = c;
+    loop->futures_free = futures_free;
+    weft_future *recs = (weft_future *)((char *)c + 64);
+    for (int i = FUTURE_CHUNK; i-- > 0;) {
+      weft_future *f = &recs[i];
+      f->waiters = NULL;
+      f->cbs_last = NULL;
+      f->loop = loop;
+      f->task = NULL;
+      f->u.next_free = loop->future_cache;
+      loop->future_cache = f;
+    }
   }
+  weft_future *f = loop->future_cache;
+  loop->future_cache = f->u.next_free;
   future_init(f);
   return f;
 }
@@ -105,7 +125,6 @@ inline weft_future *weft_future_new(void) {
   if (__builtin_expect(!loop || !(f = loop->future_cache), 0))
     return future_new_slow(loop);
   loop->future_cache = f->u.next_free;
-  loop->future_cached--;
   future_init(f);
   return f;
 }
@@ -118,30 +137,21 @@ weft_future *weft_future_ref(weft_future *f) {
   return f;
 }
 
-/* Puts f in its loop's cache, or back to malloc when the cache is full. */
+/* Puts f back in its loop's cache. */
 static inline void future_recycle(weft_future *f) {
   weft_loop *loop = f->loop;
-  if (__builtin_expect(loop->future_cached < CACHE_MAX, 1)) {
-    f->u.next_free = loop->future_cache;
-    loop->future_cache = f;
-    loop->future_cached++;
-  } else {
-    weft__free(f);
-  }
+  f->u.next_free = loop->future_cache;
+  loop->future_cache = f;
 }
 
 /* Frees a future nobody holds any more that still has callbacks (it never
  * completed, or was released before their run came). A reserved slot
  * implies a callback, so the fast path tests cbs_last alone. */
+static void free_callbacks(done_cb *last);
+
 static __attribute__((noinline)) void future_free_callbacks(weft_future *f) {
-  done_cb *first = f->cbs_last->next;
-  f->cbs_last->next = NULL;
+  free_callbacks(f->cbs_last);
   f->cbs_last = NULL;
-  for (done_cb *c = first; c;) {
-    done_cb *next = c->next;
-    weft__free(c);
-    c = next;
-  }
   if (f->reserved)
     weft__call_soon_unreserve(f->loop);
   future_recycle(f);
@@ -159,14 +169,29 @@ inline void weft_future_release(weft_future *f) {
     future_free(f);
 }
 
-/* Frees the records the loop kept (the loop's futures_free hook). */
-static void futures_free(weft_loop *loop) {
-  while (loop->future_cache) {
-    weft_future *f = loop->future_cache;
-    loop->future_cache = f->u.next_free;
-    weft__free(f);
+static void free_callbacks(done_cb *last) {
+  done_cb *c = last->next;
+  last->next = NULL;
+  while (c) {
+    done_cb *next = c->next;
+    weft__free(c);
+    c = next;
   }
-  loop->future_cached = 0;
+}
+
+/* Frees every record of the loop, with the callbacks of those still held
+ * (the loop's futures_free hook). */
+static void futures_free(weft_loop *loop) {
+  while (loop->future_chunks) {
+    future_chunk *c = loop->future_chunks;
+    loop->future_chunks = c->next;
+    weft_future *recs = (weft_future *)((char *)c + 64);
+    for (int i = 0; i < FUTURE_CHUNK; i++)
+      if (recs[i].cbs_last)
+        free_callbacks(recs[i].cbs_last);
+    weft__free(c->mem);
+  }
+  loop->future_cache = NULL;
 }
 
 /* ---- completion ------------------------------------------------------- */

@@ -16,25 +16,51 @@
 #include <errno.h>
 
 struct weft_group {
-  weft_loop *loop;
+  weft_loop *loop;     /* NULL once the loop was freed under the group */
   weft_task *children; /* running, newest first */
   size_t nchildren;
-  weft_task *waiter; /* the task in weft_group_wait, if any */
-  int cancelled;     /* weft_group_cancel was called */
-  int freed;         /* weft_group_free was called: last child frees it */
-  /* While freed and children still run: the loop's list of such groups
-   * (loop->freed_groups), which weft_loop_free empties when it drops the
-   * children without running them to their end. */
-  struct weft_group *freed_prev, *freed_next;
+  /* The task in weft_group_wait, from its call until it returns (even
+   * while it is woken and not yet resumed: no second waiter slips in). */
+  weft_task *waiter;
+  int cancelled; /* weft_group_cancel, or a wait that was cut short */
+  int freed;     /* weft_group_free was called: the last one out frees it */
+  /* Every group of the loop (loop->groups): weft_loop_free drops the
+   * children without running them to their end, and then frees the groups
+   * already given up and tells the others that their children are gone. */
+  struct weft_group *prev, *next;
 };
 
-/* weft_loop_free: the children of these groups were dropped, not ended
- * (the loop's groups_free hook). */
+static void unlink_group(weft_group *g) {
+  if (g->prev)
+    g->prev->next = g->next;
+  else
+    g->loop->groups = g->next;
+  if (g->next)
+    g->next->prev = g->prev;
+}
+
+/* Frees g if it was given up and nothing of it runs any more. */
+static void free_if_done(weft_group *g) {
+  if (!g->freed || g->nchildren || g->waiter)
+    return;
+  if (g->loop)
+    unlink_group(g);
+  weft__free(g);
+}
+
+/* weft_loop_free: the children were dropped, not ended (the loop's
+ * groups_free hook). A group still held by the program forgets them and
+ * its loop, so weft_group_free frees it and the other calls see -EINVAL. */
 static void groups_free(weft_loop *loop) {
-  while (loop->freed_groups) {
-    weft_group *g = loop->freed_groups;
-    loop->freed_groups = g->freed_next;
-    weft__free(g);
+  while (loop->groups) {
+    weft_group *g = loop->groups;
+    loop->groups = g->next;
+    g->loop = NULL;
+    g->children = NULL;
+    g->nchildren = 0;
+    g->waiter = NULL;
+    if (g->freed)
+      weft__free(g);
   }
 }
 
@@ -48,6 +74,11 @@ weft_group *weft_group_new(void) {
   if (!g)
     return NULL;
   g->loop = loop;
+  g->next = loop->groups;
+  if (g->next)
+    g->next->prev = g;
+  loop->groups = g;
+  loop->groups_free = groups_free;
   return g;
 }
 
@@ -64,19 +95,12 @@ static void child_exit(weft_task *t, void *arg) {
     return;
   if (g->waiter)
     weft__wake(g->waiter, 0);
-  else if (g->freed) {
-    if (g->freed_prev)
-      g->freed_prev->freed_next = g->freed_next;
-    else
-      g->loop->freed_groups = g->freed_next;
-    if (g->freed_next)
-      g->freed_next->freed_prev = g->freed_prev;
-    weft__free(g);
-  }
+  else
+    free_if_done(g);
 }
 
 weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg) {
-  if (!g || g->freed || !fn) {
+  if (!g || g->freed || !g->loop || !fn) {
     errno = EINVAL;
     return NULL;
   }
@@ -110,53 +134,49 @@ void weft_group_cancel(weft_group *g) {
   cancel_children(g);
 }
 
-static void undo_wait(weft_task *t, void *arg) {
-  weft_group *g = arg;
-  (void)t;
-  g->waiter = NULL;
+/* Waits until g has no child: one spawned between the last exit's wake-up
+ * and the resume counts too. No undo: the claim on g (g->waiter) stays
+ * until the wait returns. */
+static int wait_children(weft_group *g) {
+  int rc = 0;
+  while (rc == 0 && g->nchildren)
+    rc = weft__park(WAIT_GROUP, (int64_t)(uintptr_t)g, NULL, NULL);
+  return rc;
 }
 
 int weft_group_wait(weft_group *g) {
   weft_task *self = weft__running_task();
   if (!g || !self || self->loop != g->loop || g->waiter)
     return -EINVAL;
+  g->waiter = self;
   int rc = weft__checkpoint();
-  if (rc == 0 && g->nchildren) {
-    g->waiter = self;
-    rc = weft__park(WAIT_GROUP, (int64_t)(uintptr_t)g, undo_wait, g);
-    g->waiter = NULL;
-  }
-  if (rc < 0 && g->nchildren) {
-    /* Cancelled, or out of time: the children go too, and are waited for
-     * with nothing from outside able to interrupt. */
-    cancel_children(g);
+  if (rc == 0)
+    rc = wait_children(g);
+  if (rc < 0 && rc != -ENOMEM && g->nchildren) {
+    /* Cancelled, or out of time: the group is cancelled, children spawned
+     * from now on too, and they are waited for with nothing from outside
+     * able to interrupt. (-ENOMEM, a deadline's timer that could not be
+     * made, cancels nothing: the children run on, and a later wait waits
+     * for them.) */
+    weft_group_cancel(g);
     weft_scope shield;
     weft_scope_enter(&shield, WEFT_NEVER);
     weft_scope_shield(&shield, true);
-    while (g->nchildren) {
-      g->waiter = self;
-      weft__park(WAIT_GROUP, (int64_t)(uintptr_t)g, undo_wait, g);
-      g->waiter = NULL;
-    }
+    while (wait_children(g) < 0)
+      ; /* only a deadlock's forced cancellation, which shields ignore */
     weft_scope_exit(&shield);
   }
+  g->waiter = NULL;
+  free_if_done(g); /* given up by another task meanwhile */
   return rc;
 }
 
 void weft_group_free(weft_group *g) {
   if (!g)
     return;
-  if (g->nchildren == 0) {
-    weft__free(g);
-    return;
-  }
   g->freed = 1;
-  weft_loop *loop = g->loop;
-  g->freed_prev = NULL;
-  g->freed_next = loop->freed_groups;
-  if (g->freed_next)
-    g->freed_next->freed_prev = g;
-  loop->freed_groups = g;
-  loop->groups_free = groups_free;
-  weft_group_cancel(g);
+  if (g->nchildren || g->waiter)
+    weft_group_cancel(g); /* and the last one out frees it */
+  else
+    free_if_done(g);
 }

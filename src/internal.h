@@ -209,7 +209,7 @@ struct weft_loop {
 
   /* Futures (future.c): freed records kept for reuse. */
   struct weft_future *future_cache;
-  size_t future_cached;
+  void *future_chunks; /* future.c: where the records come from */
 
   /* Actors (actor.c): the registry of names and the actor records, or
    * NULL before the first spawn. */
@@ -222,9 +222,8 @@ struct weft_loop {
   void (*pool_free)(weft_loop *loop);    /* executor.c: first in loop_free */
   void (*futures_free)(weft_loop *loop); /* future.c: the record cache */
   void (*actors_free)(weft_loop *loop);  /* actor.c: the registry */
-  void (*groups_free)(weft_loop *loop);  /* group.c: freed_groups */
-  /* Groups freed while children still run (group.c). */
-  struct weft_group *freed_groups;
+  void (*groups_free)(weft_loop *loop);  /* group.c: the loop's groups */
+  struct weft_group *groups;             /* every group of the loop (group.c) */
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
@@ -287,6 +286,7 @@ void weft__run_ready(weft_loop *loop);
 void weft__cancel_parked(weft_loop *loop);
 
 /* Frees every record and stack of the loop's tasks (task.c). */
+void weft__tasks_unpark(weft_loop *loop); /* weft_loop_free: out of queues */
 void weft__tasks_free(weft_loop *loop);
 
 /* Reads WEFT_SEED into the loop's generators (task.c). */

@@ -285,7 +285,10 @@ void weft_loop_free(weft_loop *loop) {
   if (!loop || loop->running)
     return;
   weft__thread_loop_remove(loop);
-  /* The pool first: a job may still be using a task's stack (its arg). */
+  /* Tasks that never finished leave the queues they wait in, before the
+   * pool and the kernel let go of what those waits refer to. */
+  weft__tasks_unpark(loop);
+  /* The pool next: a job may still be using a task's stack (its arg). */
   if (loop->pool_free)
     loop->pool_free(loop);
   /* And the kernel's: a request in flight may still write into a stack. */

@@ -136,9 +136,9 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
   weft_scope_shield(&shield, true);
   int lrc = weft_mutex_lock(m);
   weft_scope_exit(&shield);
-  if (lrc < 0 && rc == 0)
-    rc = lrc; /* only a deadlock's forced cancellation gets here */
-  return rc;
+  /* Only a deadlock's forced cancellation, which no shield holds off, stops
+   * the lock: m is not held, which no other return value would say. */
+  return lrc < 0 ? -EDEADLK : rc;
 }
 
 void weft_cond_signal(weft_cond *c) {

@@ -439,6 +439,21 @@ int weft_sleep(int64_t delay) {
   return weft__park(WAIT_TIMER, deadline, undo_sleep, r);
 }
 
+void weft__tasks_unpark(weft_loop *loop) {
+  /* A task parked on a channel, a semaphore, a mutex... has a waiter on its
+   * stack in that object's queue, and the object may outlive the loop (a
+   * static semaphore, a channel freed later). Each wait's undo takes it out,
+   * as a cancellation would, but the task is not woken: it never runs
+   * again. The undos run while everything they touch is still there (the
+   * pool's jobs, the kernel's requests, the timers, the fd table). */
+  for (weft_task *t = loop->live; t; t = t->next_live)
+    if (t->state == TASK_WAITING && t->undo) {
+      weft__undo_fn undo = t->undo;
+      t->undo = NULL;
+      undo(t, t->undo_arg);
+    }
+}
+
 void weft__tasks_free(weft_loop *loop) {
   /* Tasks that never finished are dropped where they stand. */
   while (loop->live) {
@@ -547,8 +562,10 @@ int weft_join(weft_task *h, void **result) {
     int rc = weft__park(WAIT_JOIN, (int64_t)t->id, undo_join, t);
     if (rc < 0) {
       /* Cancelled: park may have returned without parking (and so without
-       * calling the undo), so take the claim back here as well. */
-      undo_join(self, t);
+       * calling the undo), so take the claim back here as well; but only
+       * our own: once the undo ran, another task may have claimed t. */
+      if (t->joiner == self)
+        undo_join(self, t);
       return rc;
     }
   }

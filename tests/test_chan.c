@@ -1671,6 +1671,49 @@ static void test_foreign_loop(void) {
   weft_loop_free(a);
 }
 
+/* A loop freed while tasks wait on its channels: the tasks are dropped
+ * (never resumed), and they leave the queues with their stacks, so the
+ * channels, freed later, find no waiter (a select's included). */
+static weft_chan *dropped_a, *dropped_b;
+static void *dropped_recv(void *arg) {
+  int64_t v;
+  (void)arg;
+  weft_chan_recv(dropped_a, &v);
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+static void *dropped_select(void *arg) {
+  int64_t v = SENTINEL, w = 7;
+  (void)arg;
+  weft_select_case k[2] = {sel_case(dropped_a, WEFT_RECV, &v),
+                           sel_case(dropped_b, WEFT_SEND, &w)};
+  weft_select(k, 2, 0);
+  CHECK(0);
+  return NULL;
+}
+static void *dropped_stop(void *arg) {
+  CHECK_EQ(weft_yield(), 0); /* the others are parked now */
+  weft_loop_stop(arg);
+  return NULL;
+}
+
+static void test_loop_freed(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  dropped_a = chan(8, 0);
+  dropped_b = chan(8, 0);
+  CHECK(weft_spawn(dropped_recv, NULL));
+  CHECK(weft_spawn(dropped_select, NULL));
+  CHECK(weft_spawn(dropped_stop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(loop->nlive, 2);
+  weft_loop_free(loop);
+  TRY_SEND(dropped_a, 1, -EAGAIN);    /* no receiver left behind */
+  TRY_RECV_FAILS(dropped_b, -EAGAIN); /* no sender either */
+  weft_chan_free(dropped_a);          /* wakes nobody: nobody is left */
+  weft_chan_free(dropped_b);
+}
+
 /* Out of memory: a failing allocator (installed before any weft object
  * exists). weft_chan_new is NULL with ENOMEM and leaks nothing; a select
  * that would need memory to wait fails with no case performed and no
@@ -1774,6 +1817,7 @@ int main(void) {
   RUN(misuse_main);
   CHECK_SUBTEST(test_outside_task);
   CHECK_SUBTEST(test_foreign_loop);
+  CHECK_SUBTEST(test_loop_freed);
   CHECK_SUBTEST(test_nomem);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {

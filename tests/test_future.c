@@ -968,6 +968,70 @@ static void test_deadlock(void) {
   weft_loop_free(loop);
 }
 
+/* A loop freed while it still refers to futures the program has let go
+ * of: a weft_async task's, a parked awaiter's, a queued run of
+ * done-callbacks'. They go with the loop, callbacks and all: every block
+ * the allocator handed out comes back (they used to leak). */
+static long alloc_live; /* blocks handed out and not yet freed */
+static void *c_malloc(size_t n) {
+  void *p = malloc(n);
+  alloc_live += p != NULL;
+  return p;
+}
+static void *c_realloc(void *p, size_t n) {
+  void *q = realloc(p, n);
+  alloc_live += q && !p;
+  return q;
+}
+static void c_free(void *p) {
+  alloc_live -= p != NULL;
+  free(p);
+}
+
+static void *lf_routine(void *arg) {
+  (void)arg;
+  weft_sleep(WEFT_SEC(30));
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+static void *lf_awaiter(void *arg) {
+  weft_await(arg, NULL);
+  CHECK(0);
+  return NULL;
+}
+static void lf_stop(void *arg) { weft_loop_stop(arg); }
+static void lf_never(weft_future *f, void *arg) {
+  (void)f;
+  (void)arg;
+  CHECK(0); /* queued, never run */
+}
+
+static void test_loop_freed(void) {
+  weft_loop *loop = weft_loop_new(NULL); /* the thread's caches, made once */
+  CHECK(loop);
+  CHECK_EQ(weft_go(lf_awaiter, weft_future_new()), 0);
+  weft_loop_free(loop);
+  long live = alloc_live;
+  loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_future *a = weft_async(lf_routine, NULL);
+  weft_future *b = weft_future_new(), *c = weft_future_new();
+  CHECK(a && b && c);
+  CHECK_EQ(weft_go(lf_awaiter, b), 0);
+  CHECK_EQ(weft_future_add_done_callback(c, lf_never, NULL), 0);
+  CHECK_EQ(weft_future_add_done_callback(c, lf_never, NULL), 0);
+  CHECK(weft_call_later(WEFT_MS(1), lf_stop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(weft_call_soon(lf_stop, loop), 0);
+  CHECK_EQ(weft_future_set_result(c, NULL), 0); /* its run queued after */
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_future_release(a);
+  weft_future_release(b);
+  weft_future_release(c);
+  weft_loop_free(loop);
+  CHECK_EQ(alloc_live, live);
+}
+
 static int main_fn(void *arg) {
   (void)arg;
   weft_future *f = weft_future_new();
@@ -982,6 +1046,7 @@ static void test_deadlock_main(void) { CHECK_EQ(weft_main(main_fn, NULL), 7); }
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(RUNNING_ON_VALGRIND ? 110 : 60);
+  CHECK_EQ(weft_replace_allocator(c_malloc, c_realloc, c_free), 0);
   int fds = check_fd_count();
   test_misuse();
   test_foreign_loop();
@@ -994,6 +1059,7 @@ int main(void) {
   test_stress();
   test_deadlock();
   test_deadlock_main();
+  test_loop_freed();
   CHECK_EQ(check_fd_count(), fds);
   CHECK_EQ(check_subtest_failures, 0);
   printf("test_future: ok\n");

@@ -467,11 +467,36 @@ static void *free_then_stop(void *arg) {
   return NULL;
 }
 
+static weft_group *kept;
+static void *keep_then_stop(void *arg) {
+  kept = weft_group_new();
+  CHECK(kept);
+  CHECK(weft_group_spawn(kept, shielded_child, NULL));
+  CHECK_EQ(weft_yield(), 0);
+  weft_loop_stop(arg);
+  return NULL;
+}
+
 static void test_free(void) {
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
   CHECK(weft_spawn(free_then_stop, loop));
   CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  /* A group the program still holds when its loop is freed: only
+   * weft_group_free is left to do (it used to read the freed loop). */
+  loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(keep_then_stop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  loop = weft_loop_new(NULL);
+  CHECK(loop);
+  errno = 0;
+  CHECK(weft_group_spawn(kept, sleeper, &kids[0]) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  weft_group_cancel(kept);
+  weft_group_free(kept);
   weft_loop_free(loop);
   run(free_running_main, NULL);
   kids_reset();
@@ -481,6 +506,134 @@ static void test_free(void) {
     CHECK_EQ(kids[i].rc, -ECANCELED);
     CHECK_EQ(kids[i].cleaned, 1);
   }
+}
+
+/* ---- the waiter's window: woken, not yet resumed ---------------------- */
+static weft_group *win_g;
+static int win_late_done, win_rcs[2];
+
+static void *late_child(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  win_late_done = 1;
+  return NULL;
+}
+static void *late_spawner(void *arg) { /* runs before the woken waiter */
+  (void)arg;
+  CHECK(weft_group_spawn(win_g, late_child, NULL));
+  return NULL;
+}
+static void *hands_on(void *arg) { /* the group's last child, as it ends */
+  (void)arg;
+  CHECK_EQ(weft_go(late_spawner, NULL), 0);
+  return NULL;
+}
+
+/* A child spawned between the last child's exit (which wakes the waiter)
+ * and the waiter's resume is waited for too. */
+static void *spawn_in_window_main(void *arg) {
+  (void)arg;
+  win_g = weft_group_new();
+  CHECK(win_g);
+  win_late_done = 0;
+  CHECK(weft_group_spawn(win_g, hands_on, NULL));
+  CHECK_EQ(weft_group_wait(win_g), 0);
+  CHECK_EQ(win_late_done, 1);
+  weft_group_free(win_g);
+  return NULL;
+}
+
+static void *first_waiter(void *arg) {
+  (void)arg;
+  win_rcs[0] = weft_group_wait(win_g);
+  return NULL;
+}
+
+/* A waiter cancelled while parked keeps its claim until it resumes: a
+ * second wait in that window is -EINVAL (it used to be accepted, then
+ * never woken). The group is cancelled by the first wait's cancellation. */
+static void *second_waiter_main(void *arg) {
+  (void)arg;
+  win_g = weft_group_new();
+  CHECK(win_g);
+  kids_reset();
+  kids[0].delay = FOREVER;
+  CHECK(weft_group_spawn(win_g, careful, &kids[0]));
+  weft_task *w = weft_spawn(first_waiter, NULL);
+  CHECK(w);
+  CHECK_EQ(weft_yield(), 0); /* w parks in the wait */
+  CHECK_EQ(weft_cancel(w), 0);
+  CHECK_EQ(weft_group_wait(win_g), -EINVAL);
+  CHECK_EQ(weft_join(w, NULL), 0);
+  CHECK_EQ(win_rcs[0], -ECANCELED);
+  CHECK_EQ(kids[0].rc, -ECANCELED);
+  CHECK_EQ(kids[0].ended, 1);
+  CHECK_EQ(weft_group_wait(win_g), 0); /* now it is free to wait on */
+  weft_group_free(win_g);
+  return NULL;
+}
+
+/* A child cancelled by a wait past its deadline spawns another in its
+ * cleanup: that one starts cancelled (the group is), so the wait does not
+ * sit out its sleep. */
+static void *late_sleeper(void *arg) {
+  (void)arg;
+  win_rcs[1] = weft_sleep(FOREVER);
+  return NULL;
+}
+static void *spawns_sleeper(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(FOREVER), -ECANCELED);
+  weft_scope s;
+  weft_scope_enter(&s, WEFT_NEVER);
+  weft_scope_shield(&s, 1);
+  CHECK(weft_group_spawn(win_g, late_sleeper, NULL));
+  weft_scope_exit(&s);
+  return NULL;
+}
+
+static void *cancelled_wait_main(void *arg) {
+  (void)arg;
+  win_g = weft_group_new();
+  CHECK(win_g);
+  CHECK(weft_group_spawn(win_g, spawns_sleeper, NULL));
+  win_rcs[1] = 1;
+  int64_t t0 = weft_now();
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(20));
+  CHECK_EQ(weft_group_wait(win_g), -ETIMEDOUT);
+  weft_scope_exit(&s);
+  CHECK_LT(weft_now() - t0, LATE);
+  CHECK_EQ(win_rcs[1], -ECANCELED); /* started cancelled */
+  weft_group_free(win_g);
+  return NULL;
+}
+
+/* A group given up by another task while a task waits on it: freed when
+ * that wait returns (ASan and Valgrind see a leak or a use after free). */
+static void *frees_group(void *arg) {
+  (void)arg;
+  weft_group_free(win_g);
+  return NULL;
+}
+static void *free_under_waiter_main(void *arg) {
+  (void)arg;
+  win_g = weft_group_new();
+  CHECK(win_g);
+  kids_reset();
+  kids[0].delay = FOREVER;
+  CHECK(weft_group_spawn(win_g, careful, &kids[0]));
+  CHECK(weft_spawn(frees_group, NULL) != NULL);
+  CHECK_EQ(weft_group_wait(win_g), 0); /* the child, cancelled, ended */
+  CHECK_EQ(kids[0].cleaned, 1);
+  return NULL; /* and win_g is gone */
+}
+
+static void test_window(void) {
+  run(spawn_in_window_main, NULL);
+  run(second_waiter_main, NULL);
+  run(cancelled_wait_main, NULL);
+  run(free_under_waiter_main, NULL);
 }
 
 /* ---- misuse
@@ -537,6 +690,7 @@ int main(void) {
   test_group_cancel();
   test_waiter_cancelled();
   test_free();
+  test_window();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_group: ok\n");
   return 0;

@@ -369,6 +369,13 @@ static void *joins_while_cancelled(void *arg) {
   return NULL;
 }
 
+static void *cancelled_then_release(void *arg) {
+  (void)arg;
+  join_rcs[1] = weft_join(target, NULL); /* parked, then cancelled */
+  stop_flag = 1;                         /* only now can target end */
+  return NULL;
+}
+
 static void *cancelled_first_join(void *arg) {
   (void)arg;
   join_rcs[0] = weft_join(target, NULL); /* cancelled before it ran */
@@ -403,6 +410,20 @@ static int cancelled_join_main(void *arg) {
   stop_flag = 1;
   CHECK_EQ(weft_join(target, &r), 0);
   CHECK_EQ(I(r), 79);
+
+  /* Cancelled while parked, then the target claimed by another joiner
+   * before the cancelled one resumes: that claim is not taken away (the
+   * other joiner used to wait for ever, or until the deadlock rule). */
+  stop_flag = 0;
+  target = weft_spawn(spin_until_stop, P(80));
+  j = weft_spawn(cancelled_then_release, NULL);
+  CHECK(target && j);
+  CHECK_EQ(weft_yield(), 0);          /* j parks in join */
+  CHECK_EQ(weft_cancel(j), 0);        /* j is ready, not resumed yet */
+  CHECK_EQ(weft_join(target, &r), 0); /* parks; j resumes, lets t end */
+  CHECK_EQ(I(r), 80);
+  CHECK_EQ(weft_join(j, NULL), 0);
+  CHECK_EQ(join_rcs[1], -ECANCELED);
   return 0;
 }
 

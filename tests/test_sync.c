@@ -864,6 +864,115 @@ static void test_outside_task(void) {
   weft_loop_free(loop);
 }
 
+/* A deadlock while a cond wait locks its mutex again: B holds m through
+ * two shielded waits nobody will end; A waits on the condition. The first
+ * deadlock cancels A's wait (A then waits for m) and B's first wait; the
+ * second cancels A's wait for m, which no shield holds off: A's cond wait
+ * returns -EDEADLK, the one return without m held. */
+static weft_mutex dl_m = WEFT_MUTEX_INIT;
+static weft_cond dl_c = WEFT_COND_INIT;
+static weft_event dl_never = WEFT_EVENT_INIT;
+static int dl_rc[4];
+
+static void *dl_a(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_mutex_lock(&dl_m), 0);
+  dl_rc[0] = weft_cond_wait(&dl_c, &dl_m);
+  dl_rc[1] = weft_mutex_unlock(&dl_m);
+  return NULL;
+}
+static void *dl_b(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_yield(), 0); /* A waits first */
+  CHECK_EQ(weft_mutex_lock(&dl_m), 0);
+  weft_scope shield;
+  weft_scope_enter(&shield, WEFT_NEVER);
+  weft_scope_shield(&shield, true);
+  dl_rc[2] = weft_event_wait(&dl_never);
+  dl_rc[3] = weft_event_wait(&dl_never);
+  weft_scope_exit(&shield);
+  CHECK_EQ(weft_mutex_unlock(&dl_m), 0);
+  return NULL;
+}
+
+static void test_cond_deadlock(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK_EQ(weft_go(dl_a, NULL), 0);
+  CHECK_EQ(weft_go(dl_b, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_EQ(dl_rc[0], -EDEADLK); /* the relock was cut short ... */
+  CHECK_EQ(dl_rc[1], -EPERM);   /* ... so A does not hold m */
+  CHECK_EQ(dl_rc[2], -ECANCELED);
+  CHECK_EQ(dl_rc[3], -ECANCELED);
+  CHECK(dl_m.priv_owner == NULL);
+  weft_loop_free(loop);
+}
+
+/* A loop freed while tasks wait on a mutex, a condition, a semaphore and
+ * an event that outlive it (static ones): the dropped tasks leave their
+ * queues, so the next loop finds none of them. */
+static weft_mutex lf_m = WEFT_MUTEX_INIT, lf_cm = WEFT_MUTEX_INIT;
+static weft_cond lf_c = WEFT_COND_INIT;
+static weft_sem lf_s = WEFT_SEM_INIT(0);
+static weft_event lf_e = WEFT_EVENT_INIT;
+
+static void *lf_holder(void *arg) { /* holds lf_m until dropped */
+  (void)arg;
+  CHECK_EQ(weft_mutex_lock(&lf_m), 0);
+  for (;;)
+    CHECK_EQ(weft_yield(), 0);
+  return NULL;
+}
+static void *lf_waiter(void *arg) {
+  switch ((int)(intptr_t)arg) {
+  case 0: weft_mutex_lock(&lf_m); break;
+  case 1:
+    CHECK_EQ(weft_mutex_lock(&lf_cm), 0);
+    weft_cond_wait(&lf_c, &lf_cm);
+    break;
+  case 2: weft_sem_wait(&lf_s); break;
+  default: weft_event_wait(&lf_e);
+  }
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+static void *lf_stop(void *arg) {
+  CHECK_EQ(weft_yield(), 0);
+  weft_loop_stop(arg);
+  return NULL;
+}
+static void *lf_after(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sem_post(&lf_s), 0);
+  CHECK_EQ(weft_sem_value(&lf_s), 1); /* not handed to a dropped waiter */
+  CHECK_EQ(weft_sem_wait(&lf_s), 0);
+  weft_event_set(&lf_e);
+  weft_cond_broadcast(&lf_c);
+  CHECK_EQ(weft_mutex_lock(&lf_cm), 0); /* the cond's waiter gave it back */
+  CHECK_EQ(weft_mutex_unlock(&lf_cm), 0);
+  return NULL;
+}
+
+static void test_loop_freed(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(lf_holder, NULL));
+  for (int i = 0; i < 4; i++)
+    CHECK(weft_spawn(lf_waiter, (void *)(intptr_t)i));
+  CHECK(weft_spawn(lf_stop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(loop->nlive, 5);
+  weft_loop_free(loop);
+  CHECK(lf_c.priv_head == NULL && lf_s.priv_head == NULL);
+  CHECK(lf_e.priv_head == NULL && lf_m.priv_head == NULL);
+  loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(lf_after, NULL));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -881,6 +990,8 @@ int main(void) {
   RUN(event_cancel_main);
   RUN(misuse_main);
   CHECK_SUBTEST(test_outside_task);
+  CHECK_SUBTEST(test_cond_deadlock);
+  CHECK_SUBTEST(test_loop_freed);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {
     fprintf(stderr, "test_sync: %d case(s) failed\n", check_subtest_failures);
