@@ -353,13 +353,17 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
  * when the task is cancelled, or -ETIMEDOUT when a scope's deadline
  * passes, in which case the operation did not happen
  * (a recv consumed nothing, a send sent nothing, an accept left the
- * connection queued). EINTR is retried inside. Sends never raise SIGPIPE
- * (MSG_NOSIGNAL): a vanished peer is -EPIPE.
+ * connection queued; on io_uring a request that completed before its
+ * cancellation returns its result instead, and the next call sees the
+ * cancellation: docs/io.md). EINTR is retried inside. Sends never raise
+ * SIGPIPE (MSG_NOSIGNAL): a vanished peer is -EPIPE.
  *
  * A file descriptor given to them is made non-blocking (O_NONBLOCK) on first
  * use; the ones weft creates are non-blocking and close-on-exec from the
  * start. Close with weft_close an fd that weft has waited on: it wakes the
- * tasks still waiting on it with -EBADF and forgets the fd. All of these
+ * tasks still waiting on it with -EBADF and forgets the fd; a task already
+ * woken for it but not yet resumed gets -EBADF too, whatever file takes
+ * the number next. A number that names no open fd is -EBADF. All of these
  * must be called from a task (else -EINVAL).
  */
 

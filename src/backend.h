@@ -83,6 +83,10 @@ struct weft__fd {
   uint8_t closing; /* weft_file_close waits for file_jobs to end (file.c) */
   uint32_t slot; /* the backend's own index (poll: pollfd slot) */
   uint32_t file_jobs; /* file reads, writes, fsyncs on the pool (file.c) */
+  /* Bumped when the number is closed or given to a new fd (weft_close,
+   * weft__fd_adopt): a task woken for the old fd, not yet resumed, sees
+   * that its fd is gone (wait_on), whatever the number names now. */
+  uint32_t gen;
 };
 
 struct weft__backend {

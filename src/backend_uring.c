@@ -53,6 +53,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef WEFT_VALGRIND
@@ -806,8 +807,8 @@ static void undo_accept(weft_task *t, void *arg) {
     accept_cancel(t->loop, state(t->loop), l);
 }
 
-/* weft_accept(fd, NULL, NULL): from the listener's queue, or wait for the
- * multishot request to bring one. A cancelled call has no request of its
+/* weft_accept: from the listener's queue, or wait for the multishot
+ * request to bring one. A cancelled call has no request of its
  * own to wait for. NULL if the listener's record cannot be had (then a
  * single accept request does it). */
 static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
@@ -1147,6 +1148,8 @@ static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
   return st->rx_on > 0 || (st->rx_on == 0 && rx_setup(st));
 }
 
+#define RW_MAX ((size_t)0x7ffff000) /* INT_MAX rounded down to a page */
+
 static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   int rc = weft__checkpoint();
   if (rc < 0)
@@ -1169,16 +1172,26 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   if (op->kind == OP_CONNECT || (op->flags & MSG_DONTWAIT))
     return weft__io_readiness(loop, op);
   const int kind = op->kind, fd = op->fd;
-  if (kind == OP_ACCEPT && !op->addr && !weft__fault_hook) {
+  if (kind == OP_ACCEPT && !weft__fault_hook) {
     int ok;
     ssize_t c = accept_multishot(loop, st, fd, &ok);
+    /* A multishot request cannot give each connection's address: the
+     * connection tells it (one that went away meanwhile is one accept
+     * could not take either). */
+    if (ok && c >= 0 && op->addr &&
+        getpeername((int)c, op->addr, op->addrlen) < 0) {
+      close((int)c);
+      return -ECONNABORTED;
+    }
     if (ok)
       return c;
   }
   const int dir = weft__op_is_input(kind) ? WEFT_READ : WEFT_WRITE;
   const int what = dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE;
   for (;;) {
-    size_t len = op->len;
+    /* An SQE's length is 32 bits: more is what the system call would move
+     * at most (Linux's MAX_RW_COUNT), not a length cut to its low bits. */
+    size_t len = op->len < RW_MAX ? op->len : RW_MAX;
     if (rc == 1 && (rc = weft__checkpoint()) < 0)
       return rc; /* cancelled while it waited for readiness */
     if (__builtin_expect(weft__fault_hook != NULL, 0)) {
@@ -1286,7 +1299,11 @@ static void uring_forget(weft_loop *loop, int fd) {
 static int uring_input_queued(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
   const rx *r = (const rx *)ms_at(&st->rxs, fd);
-  return r && (r->len || r->eof || r->err);
+  if (r && (r->len || r->eof || r->err))
+    return 1;
+  /* A listener's multishot accept took connections no call has taken. */
+  const listener *l = (const listener *)ms_at(&st->ls, fd);
+  return l && (l->len || l->err);
 }
 
 /* weft_file_read / write / fsync: straight to the ring, with the caller's
@@ -1298,8 +1315,24 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  if (!weft__fd_get(loop, fd))
+  weft__fd *e = weft__fd_get(loop, fd);
+  if (!e)
     return -ENOMEM;
+  /* pread and pwrite refuse what cannot seek; the ring would read a pipe
+   * or a socket at its current position instead. The fd is looked at
+   * once (not made non-blocking: a file with O_NONBLOCK would make the
+   * ring answer -EAGAIN instead of reading). */
+  if (!(e->flags & FD_KNOWN)) {
+    struct stat sb;
+    if (fstat(fd, &sb) < 0)
+      return -errno;
+    if (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode) || S_ISDIR(sb.st_mode))
+      e->flags |= FD_KNOWN | FD_UNPOLLABLE;
+    else if (op != FILE_FSYNC)
+      return -ESPIPE;
+  } else if (!(e->flags & FD_UNPOLLABLE) && op != FILE_FSYNC) {
+    return -ESPIPE;
+  }
   uring_state *st = state(loop);
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   switch (op) {

@@ -206,6 +206,8 @@ static ssize_t transfer(int op, int fd, void *out, const void *in, size_t len,
     return -EINVAL;
   if (fd < 0)
     return -EBADF;
+  if (offset < 0) /* as pread and pwrite: no "current position" here */
+    return -EINVAL;
   if (len > FILE_IO_MAX)
     len = FILE_IO_MAX;
   ssize_t r = native(op, fd, op == F_READ ? out : (void *)in, len, offset);

@@ -105,6 +105,12 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
 }
 
 weft__fd *weft__fd_entry_new(weft_loop *loop, int fd, int *rc) {
+  /* A number past the table is checked before the table grows to it: a
+   * bad one (say 10^8) is -EBADF, not gigabytes of zeroed entries. */
+  if (fd >= 0 && (size_t)fd >= loop->nfds && fcntl(fd, F_GETFD) < 0) {
+    *rc = -errno;
+    return NULL;
+  }
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e) {
     *rc = fd < 0 ? -EBADF : -ENOMEM;
@@ -128,7 +134,9 @@ int weft__fd_adopt(int fd, int stream) {
     loop->backend->unwatch(loop, fd, e, 1);
   if (loop->backend->forget)
     loop->backend->forget(loop, fd);
+  uint32_t gen = e->gen + 1;
   memset(e, 0, sizeof *e);
+  e->gen = gen;
   e->flags = FD_KNOWN | FD_NONBLOCK | FD_SOCKET | (stream ? FD_STREAM : 0);
   e->ready = WEFT_READ | WEFT_WRITE;
   first_watch(loop, fd, e);
@@ -198,9 +206,18 @@ static WEFT__HOT int wait_on(weft_loop *loop, int fd, int events,
     }
   }
   loop->io_budget = WEFT__IO_BUDGET; /* it blocks: the count starts again */
+  uint32_t gen = e->gen;
   int rc = weft__park(events & WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd,
                       undo_wait, &w);
   if (rc < 0)
+    return rc;
+  /* Woken, then closed (and the number perhaps reused) before this task
+   * ran: the fd it waited on is gone. */
+  if (__builtin_expect(loop->fds[fd].gen != gen, 0))
+    return -EBADF;
+  /* Woken, then cancelled (or past a deadline) before it ran: nothing has
+   * been done yet, so the call can still not happen. */
+  if ((rc = weft__checkpoint()) < 0)
     return rc;
   *revents = w.revents;
   return 0;
@@ -463,9 +480,36 @@ WEFT__HOT ssize_t weft_write(int fd, const void *buf, size_t len) {
   return run_op(&op, OP_WRITE);
 }
 
+/* recv with MSG_WAITALL on a readiness backend: the flag means nothing to
+ * a call made with MSG_DONTWAIT, so the pieces are gathered here, waiting
+ * between them, until len bytes, the end of the stream or an error (the
+ * bytes already in buf are returned then, as recv(2) does). io_uring hands
+ * the flag to the kernel. */
+static __attribute__((noinline)) ssize_t recv_all(weft__op *op) {
+  weft_loop *loop = weft__loop_running;
+  if (!loop || !loop->current)
+    return -EINVAL;
+  if (loop->io != weft__io_readiness || (op->flags & (MSG_DONTWAIT | MSG_PEEK)))
+    return loop->io(loop, op);
+  char *buf = op->buf;
+  size_t len = op->len, done = 0;
+  op->flags &= ~MSG_WAITALL;
+  do {
+    op->buf = buf + done;
+    op->len = len - done;
+    ssize_t n = readiness(loop, op, OP_RECV);
+    if (n <= 0)
+      return done ? (ssize_t)done : n;
+    done += (size_t)n;
+  } while (done < len && (loop->fds[op->fd].flags & FD_STREAM));
+  return (ssize_t)done; /* a datagram is whole in one call */
+}
+
 WEFT__HOT ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
   weft__op op = {
       .kind = OP_RECV, .fd = fd, .buf = buf, .len = len, .flags = flags};
+  if (__builtin_expect(flags & MSG_WAITALL, 0))
+    return recv_all(&op);
   return run_op(&op, OP_RECV);
 }
 
@@ -537,6 +581,19 @@ static void drop_one(weft_loop *loop, int fd) {
   loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
+static uint32_t fd_gen(const weft_loop *loop, int fd) {
+  return (size_t)fd < loop->nfds ? loop->fds[fd].gen : 0;
+}
+
+static int listener_is_stream(const weft_loop *loop, int fd) {
+  if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
+    return (loop->fds[fd].flags & FD_STREAM) != 0;
+  int type = 0;
+  socklen_t len = sizeof type;
+  return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
+         type == SOCK_STREAM;
+}
+
 #define ACCEPT_BACKOFF_MIN WEFT_MS(1)
 #define ACCEPT_BACKOFF_MAX WEFT_MS(100)
 
@@ -553,7 +610,9 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
         .kind = OP_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen};
     ssize_t c = loop->io(loop, &op);
     if (c >= 0) {
-      weft__fd_adopt((int)c, 1);
+      /* A connection is of its listener's type: a SOCK_SEQPACKET one is
+       * not a stream, whose short read would mean "drained". */
+      weft__fd_adopt((int)c, listener_is_stream(loop, fd));
       return (int)c;
     }
     /* The connection went away before it could be taken (reset while it
@@ -564,9 +623,12 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
       return (int)c;
     if (c == -EMFILE || c == -ENFILE)
       drop_one(loop, fd);
+    uint32_t gen = fd_gen(loop, fd);
     int rc = weft_sleep(backoff);
     if (rc < 0)
       return rc;
+    if (fd_gen(loop, fd) != gen) /* closed while it slept */
+      return -EBADF;
     if (backoff < ACCEPT_BACKOFF_MAX)
       backoff *= 2;
   }
@@ -624,8 +686,10 @@ void weft__fd_forget(weft_loop *loop, int fd) {
   if (e->flags & FD_WATCHED)
     loop->backend->unwatch(loop, fd, e, 1);
   uint32_t jobs = e->file_jobs; /* still running: file.c counts them down */
+  uint32_t gen = e->gen + 1;
   memset(e, 0, sizeof *e);
   e->file_jobs = jobs;
+  e->gen = gen;
 }
 
 int weft_close(int fd) {

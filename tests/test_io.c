@@ -7,6 +7,11 @@
  *  - weft_wait_fd: the events that are ready, -EINVAL, -EBADF;
  *  - weft_close wakes every task waiting on the fd with -EBADF and leaves
  *    nothing registered: the same fd number, reused, works at once;
+ *  - a task woken for an fd that another task closes (and the number
+ *    reused) before it runs gets -EBADF, not the new file's data; one
+ *    cancelled in that window does not do the read (epoll, poll);
+ *  - recv with MSG_WAITALL gathers len bytes (or up to the end);
+ *  - a huge fd number is -EBADF at once;
  *  - a cancelled read consumed nothing; a cancelled wait returns
  *    -ECANCELED; a task cancelled before its call never makes it;
  *  - a write to a pipe with no reader is -EPIPE (no SIGPIPE), and the
@@ -306,6 +311,124 @@ static void test_signals(void) {
   CHECK_GT(alarms, 5);
 }
 
+/* ---- woken, then closed or cancelled before it runs ------------------ */
+/* A reads X, B reads Y; Y becomes ready first, then X, so both wake in one
+ * turn with B first. B then closes X and makes a pipe, which gets X's
+ * number, or cancels A. A must not read the new pipe (it used to: a stream
+ * over X read into freed memory), nor read X after its cancellation (on
+ * epoll and poll; io_uring may have done the read, and then says so). */
+static int wx[2], wy[2], wnew[2], w_mode, w_b_first;
+static ssize_t w_a_n;
+static char w_a_buf[16];
+static weft_task *w_a;
+
+static void *woken_a(void *arg) {
+  (void)arg;
+  w_a_n = weft_read(wx[0], w_a_buf, sizeof w_a_buf);
+  return NULL;
+}
+static void *woken_b(void *arg) {
+  (void)arg;
+  char c;
+  CHECK_EQ(weft_read(wy[0], &c, 1), 1);
+  w_b_first = w_a_n == 1000; /* A has not resumed yet */
+  if (w_mode == 0) {
+    CHECK_EQ(weft_close(wx[0]), 0);
+    CHECK_EQ(pipe(wnew), 0);
+    CHECK_EQ(write(wnew[1], "SECRET", 6), 6);
+  } else {
+    CHECK_EQ(weft_cancel(w_a), 0);
+  }
+  return NULL;
+}
+static void *woken_kick(void *arg) {
+  (void)arg;
+  CHECK_EQ(write(wy[1], "y", 1), 1);
+  CHECK_EQ(write(wx[1], "x", 1), 1);
+  return NULL;
+}
+
+static void *woken_main(void *arg) {
+  w_mode = (int)I(arg);
+  w_a_n = 1000;
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, wx), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, wy), 0);
+  weft_task *b = weft_spawn(woken_b, NULL);
+  w_a = weft_spawn(woken_a, NULL);
+  CHECK(b && w_a);
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  CHECK(weft_spawn(woken_kick, NULL));
+  CHECK_EQ(weft_join(w_a, NULL), 0);
+  CHECK_EQ(weft_join(b, NULL), 0);
+  int uring = strcmp(weft_loop_backend(weft_loop_current()), "io_uring") == 0;
+  char buf[8] = {0};
+  if (w_mode == 0) {
+    /* -EBADF, or 'x' if A ran first (or io_uring read it first). */
+    CHECK(w_a_n == -EBADF || (w_a_n == 1 && w_a_buf[0] == 'x'));
+    if (w_b_first && !uring)
+      CHECK_EQ(w_a_n, -EBADF);
+    CHECK_EQ(read(wnew[0], buf, sizeof buf), 6); /* still the pipe's */
+    CHECK(memcmp(buf, "SECRET", 6) == 0);
+    CHECK_EQ(close(wnew[0]), 0);
+    CHECK_EQ(close(wnew[1]), 0);
+  } else {
+    if (w_b_first && !uring)
+      CHECK_EQ(w_a_n, -ECANCELED);
+    if (w_a_n == -ECANCELED) { /* then nothing was read */
+      CHECK_EQ(weft_read(wx[0], buf, 1), 1);
+      CHECK_EQ(buf[0], 'x');
+    } else {
+      CHECK_EQ(w_a_n, 1);
+    }
+    CHECK_EQ(weft_close(wx[0]), 0);
+  }
+  CHECK_EQ(weft_close(wx[1]), 0);
+  CHECK_EQ(weft_close(wy[0]), 0);
+  CHECK_EQ(weft_close(wy[1]), 0);
+  return NULL;
+}
+
+static void test_woken(void) {
+  check_run(woken_main, P(0));
+  check_run(woken_main, P(1));
+}
+
+/* ---- MSG_WAITALL, huge fd numbers ------------------------------------- */
+static int wa[2];
+static void *waitall_sender(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_send(wa[1], "12", 2, 0), 2);
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0);
+  CHECK_EQ(weft_send(wa[1], "345", 3, 0), 3);
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  CHECK_EQ(weft_send(wa[1], "67", 2, 0), 2);
+  CHECK_EQ(weft_close(wa[1]), 0);
+  return NULL;
+}
+
+static void *waitall_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, wa), 0);
+  CHECK(weft_spawn(waitall_sender, NULL));
+  char buf[8] = {0};
+  CHECK_EQ(weft_recv(wa[0], buf, 5, MSG_WAITALL), 5); /* not "12" alone */
+  CHECK(memcmp(buf, "12345", 5) == 0);
+  /* The end of the stream comes first: what there is. */
+  CHECK_EQ(weft_recv(wa[0], buf, 8, MSG_WAITALL), 2);
+  CHECK(memcmp(buf, "67", 2) == 0);
+  CHECK_EQ(weft_recv(wa[0], buf, 8, MSG_WAITALL), 0);
+  CHECK_EQ(weft_close(wa[0]), 0);
+  /* A number far past any fd is -EBADF at once, not a table grown to it
+   * (gigabytes, or -ENOMEM). */
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_read(100000000, buf, 1), -EBADF);
+  CHECK_EQ(weft_wait_fd(2147483000, WEFT_READ), -EBADF);
+  CHECK_LT(weft_now() - t0, WEFT_SEC(1));
+  return NULL;
+}
+
+static void test_waitall(void) { check_run(waitall_main, NULL); }
+
 static void test_outside_task(void) {
   char c;
   CHECK_EQ(weft_read(0, &c, 1), -EINVAL);
@@ -327,6 +450,8 @@ int main(void) {
   test_reader_writer();
   test_wait_fd();
   test_close_wakes();
+  test_woken();
+  test_waitall();
   test_cancel();
   test_epipe();
   test_misc();

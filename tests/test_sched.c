@@ -986,6 +986,11 @@ static void test_errors(void) {
       {EOVERFLOW, "EOVERFLOW", "value too large: a counter would overflow"},
       {ENAMETOOLONG, "ENAMETOOLONG", "name too long (a Unix socket path)"},
       {ESOCKTNOSUPPORT, "ESOCKTNOSUPPORT", "socket type not supported"},
+      /* passed through from the system calls: a read of a directory, a
+       * socket call on a file, a pread on a pipe */
+      {EISDIR, "EISDIR", "is a directory"},
+      {ENOTSOCK, "ENOTSOCK", "not a socket"},
+      {ESPIPE, "ESPIPE", "illegal seek: not a seekable file"},
   };
   for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
     CHECK_STR_EQ(weft_err_name(-known[i].code), known[i].name);

@@ -45,7 +45,9 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -408,6 +410,62 @@ static void *file_main(void *arg) {
   return NULL;
 }
 
+static void *file_pos_main(void *arg) {
+  const char *path = arg;
+  /* As pread and pwrite: no offset -1 (which the ring takes for "the
+   * current position"), no pipe (which it reads at its position). */
+  int fd = weft_file_open(path, O_RDWR, 0);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(weft_file_read(fd, fbuf, 4, -1), -EINVAL);
+  CHECK_EQ(weft_file_write(fd, "ab", 2, -1), -EINVAL);
+  CHECK_EQ(weft_file_read(fd, fbuf, 4, 2), 4);
+  CHECK(memcmp(fbuf, "2345", 4) == 0);
+  CHECK_EQ(lseek(fd, 0, SEEK_CUR), 0); /* the position never moved */
+  CHECK_EQ(weft_file_close(fd), 0);
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  CHECK_EQ(write(p[1], "pipe", 4), 4);
+  CHECK_EQ(weft_file_read(p[0], fbuf, 4, 0), -ESPIPE);
+  CHECK_EQ(weft_file_write(p[1], "x", 1, 0), -ESPIPE);
+  CHECK_EQ(read(p[0], fbuf, 4), 4); /* still there */
+  CHECK_EQ(weft_close(p[0]), 0);
+  CHECK_EQ(weft_close(p[1]), 0);
+  return NULL;
+}
+
+/* ---- lengths past 32 bits -------------------------------------------------
+ */
+/* An SQE's length is 32 bits: a recv of 4 GiB once asked for 0 bytes (and
+ * returned 0, a false end of stream), a send of 4 GiB + 3 sent 3. They move
+ * what the system calls would. The buffer is address space only. */
+static void *huge_main(void *arg) {
+  (void)arg;
+  size_t big = ((size_t)1 << 32) + 3;
+  char *buf = mmap(NULL, big, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  CHECK(buf != MAP_FAILED);
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(weft_send(sv[1], "hello", 5, 0), 5);
+  CHECK_EQ(weft_recv(sv[0], buf, (size_t)1 << 32, 0), 5);
+  CHECK_EQ(weft_send(sv[1], "again", 5, 0), 5);
+  CHECK_EQ(weft_read(sv[0], buf, (size_t)1 << 32), 5);
+  CHECK_GT(weft_write(sv[0], buf, (size_t)1 << 32), 0); /* not 0 */
+  char sink[65536];
+  while (weft_recv(sv[1], sink, sizeof sink, MSG_DONTWAIT) > 0)
+    ;
+  CHECK_GT(weft_send(sv[0], buf, big, 0), 3); /* what fits, not 3 */
+  CHECK_EQ(weft_close(sv[0]), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(munmap(buf, big), 0);
+  return NULL;
+}
+
+static void test_huge(void) {
+  run_on_uring(huge_main, NULL);
+  printf("  lengths past 32 bits: ok\n");
+}
+
 static void test_file(void) {
   char path[] = "/tmp/weft-uring-XXXXXX";
   int fd = mkstemp(path);
@@ -416,9 +474,10 @@ static void test_file(void) {
   close(fd);
   int fds = check_fd_count();
   run_on_uring(file_main, path);
+  run_on_uring(file_pos_main, path);
   CHECK_EQ(check_fd_count(), fds);
   unlink(path);
-  printf("  file read cancelled at once: ok\n");
+  printf("  file read cancelled at once, offset -1 and pipes refused: ok\n");
 }
 
 /* ---- multishot accept ----------------------------------------------------- */
@@ -471,6 +530,40 @@ static void *accept_main(void *arg) {
   CHECK_EQ(weft_recv(c0, hi, 2, MSG_WAITALL), 2);
   CHECK_EQ(weft_close(c0), 0);
   CHECK_EQ(weft_close(cl), 0);
+  /* Connections the request queued are seen by weft_wait_fd, and taken
+   * by an accept that wants the address too (which once made a request of
+   * its own, blind to the queue, and waited for a third client). */
+  int two[2];
+  for (int i = 0; i < 2; i++) {
+    two[i] = weft_tcp_connect("127.0.0.1", port);
+    CHECK_GE(two[i], 0);
+    CHECK_EQ(weft_send(two[i], &i, sizeof i, 0), (long)sizeof i);
+  }
+  int a0 = weft_accept(lfd, NULL, NULL); /* arms it; the second is queued */
+  CHECK_GE(a0, 0);
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  weft_scope ws;
+  weft_scope_enter(&ws, weft_now() + WEFT_SEC(5));
+  CHECK_EQ(weft_wait_fd(lfd, WEFT_READ), WEFT_READ);
+  struct sockaddr_storage peer;
+  socklen_t plen = sizeof peer;
+  int a1 = weft_accept(lfd, (struct sockaddr *)&peer, &plen);
+  CHECK_EQ(weft_scope_exit(&ws), 0);
+  CHECK_GE(a1, 0);
+  CHECK_EQ(plen, (socklen_t)sizeof(struct sockaddr_in));
+  CHECK_EQ(peer.ss_family, AF_INET);
+  struct sockaddr_storage self;
+  socklen_t slen = sizeof self;
+  CHECK_EQ(getsockname(two[1], (struct sockaddr *)&self, &slen), 0);
+  CHECK_EQ(((struct sockaddr_in *)&peer)->sin_port,
+           ((struct sockaddr_in *)&self)->sin_port); /* the second client */
+  int n1 = -1;
+  CHECK_EQ(weft_recv(a1, &n1, sizeof n1, MSG_WAITALL), (long)sizeof n1);
+  CHECK_EQ(n1, 1);
+  CHECK_EQ(weft_close(a0), 0);
+  CHECK_EQ(weft_close(a1), 0);
+  CHECK_EQ(weft_close(two[0]), 0);
+  CHECK_EQ(weft_close(two[1]), 0);
   /* Closed with connections queued (and its request in the kernel): they
    * are closed, their clients see the end, no fd is left. */
   int late[8];
@@ -730,6 +823,7 @@ int main(void) {
   test_free_in_flight();
   test_file();
   test_accept();
+  test_huge();
   test_multishot_recv();
   printf("test_uring: ok\n");
   return 0;
