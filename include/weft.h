@@ -123,7 +123,7 @@ typedef struct weft_config {
 /* Creates a loop on this thread. `cfg` may be NULL (all defaults). The new
  * loop becomes this thread's current loop (weft_loop_current) until it is
  * freed or another loop is created. Returns NULL and sets errno (ENOMEM,
- * EINVAL for an unknown backend) on failure. */
+ * EINVAL for an unknown backend or a stack_size past 64 TiB) on failure. */
 weft_loop *weft_loop_new(const weft_config *cfg);
 
 /* Environment variables read when a loop runs (weft_loop_run):
@@ -149,8 +149,11 @@ int weft_loop_run(weft_loop *loop);
 void weft_loop_stop(weft_loop *loop);
 
 /* Frees a loop that is not running. Tasks that never finished are freed
- * without being resumed (their stacks are dropped: no code of theirs runs).
- * NULL is ignored. */
+ * without being resumed (their stacks are dropped: no code of theirs runs);
+ * each leaves whatever queue it waits in (a channel, a semaphore...). Call
+ * it on the loop's thread: called on another, it frees nothing and says so
+ * on stderr (the loop's stacks are its thread's, and an io_uring ring can
+ * only be waited on there). NULL is ignored. */
 void weft_loop_free(weft_loop *loop);
 
 /* The loop running on this thread; outside weft_loop_run, the last loop
@@ -162,9 +165,11 @@ weft_loop *weft_loop_current(void);
  * tasks can never wake is deadlocked: they are cancelled (their blocking
  * calls return -ECANCELED) and the loop runs on until they finish. With the
  * environment variable WEFT_DEBUG=1 the task dump is printed first.
- * Returns fn's value, or a negative errno if the loop could not be made
- * (fn then never runs) or weft_loop_run failed (-EDEADLK, a backend's
- * error). */
+ * weft_loop_stop(weft_loop_current()) ends it early: the tasks left are
+ * dropped, as weft_loop_free drops them. Returns fn's value, or a negative
+ * errno if the loop could not be made (fn then never runs), weft_loop_run
+ * failed (-EDEADLK, a backend's error), or the loop was stopped before fn
+ * returned (-EINTR). */
 int weft_main(int (*fn)(void *), void *arg);
 
 /* ------------------------------------------------------------------------ */
@@ -199,7 +204,8 @@ int weft_go(void *(*fn)(void *), void *arg);
  * caller itself, already joined or detached, or if t has not finished and
  * the caller is not a task of t's loop (a finished task can be joined from
  * outside the loop's tasks too); -ECANCELED if the caller was cancelled
- * while waiting (t keeps running and the handle stays valid). */
+ * while waiting, or -ETIMEDOUT if a scope's deadline passed (t keeps
+ * running and the handle stays valid: another task may join it). */
 int weft_join(weft_task *t, void **result);
 
 /* Gives up the handle: the task's record is recycled when it finishes.
@@ -292,9 +298,10 @@ int weft_call_soon(void (*cb)(void *), void *arg);
 /* Runs cb(arg) from the current loop once `delay` ns have passed (a delay
  * <= 0 means the next turn). Timers with equal deadlines fire in the order
  * they were set. The handle stays valid until the timer fires or is
- * cancelled; using it after that is safe and weft_timer_cancel then returns
- * -ENOENT. Returns NULL and sets errno (EINVAL: cb NULL or no loop; ENOMEM).
- */
+ * cancelled; using it after that is safe (until the loop is freed: the
+ * handle points into the loop's memory) and weft_timer_cancel then
+ * returns -ENOENT. Returns NULL and sets errno (EINVAL: cb NULL or no
+ * loop; ENOMEM). */
 weft_timer *weft_call_later(int64_t delay, void (*cb)(void *), void *arg);
 
 /* weft_call_later with an absolute deadline on the weft_now() clock. */
@@ -315,8 +322,8 @@ int weft_timer_rearm(weft_timer *t, int64_t delay);
 /* Suspends the calling task for `delay` ns (<= 0: it yields once),
  * measured, like every timer, from weft_loop_now(): the clock as read at
  * the start of this turn of the loop. Returns 0; -ECANCELED if the task was
- * cancelled; -ETIMEDOUT if a scope's deadline came first; -EINVAL outside a
- * task. */
+ * cancelled; -ETIMEDOUT if a scope's deadline came first; -ENOMEM if its
+ * timer could not be made; -EINVAL outside a task. */
 int weft_sleep(int64_t delay);
 
 /* The loop's clock: weft_now() as read at the start of the current turn of

@@ -174,6 +174,9 @@ void weft__fd_event(weft_loop *loop, int fd, int events);
 /* Marks a fd weft just created (accept, socket) as known: non-blocking,
  * and a stream if `stream`. Its old entry, if any, was stale. */
 int weft__fd_adopt(int fd, int stream);
+/* A new fd weft made at this number (a file opened, a signalfd): the
+ * entry starts afresh, to be probed at first use. NULL: no memory. */
+weft__fd *weft__fd_fresh(weft_loop *loop, int fd);
 
 /* Frees the fd table and the spare fd (loop_free). */
 void weft__fds_free(weft_loop *loop);

@@ -53,7 +53,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef WEFT_VALGRIND
@@ -136,10 +135,14 @@ typedef struct listener {
 #define RX_BUFSZ     4096 /* ... of this size: 1 MiB per loop */
 #define RX_QUEUE_MAX 8    /* chunks queued before the request is stopped */
 
-typedef struct rx_chunk {
-  uint16_t bid; /* the ring buffer holding it */
-  uint32_t len; /* bytes in it */
-} rx_chunk;
+/* The queues of chunks: a buffer is in one socket's queue at most, so the
+ * links live per buffer, after the buffers (st->links), and queueing a
+ * chunk never allocates (an allocation that failed there once dropped the
+ * chunk's bytes from the middle of the stream). */
+typedef struct rx_links {
+  uint16_t next[RX_NBUFS]; /* the buffer after it in its queue */
+  uint32_t len[RX_NBUFS];  /* bytes in it */
+} rx_links;
 
 typedef struct rx {
   multishot ms;     /* first: a multishot * is an rx * (rxs table) */
@@ -148,9 +151,9 @@ typedef struct rx {
   uint8_t plain;    /* the kernel had no buffer (ENOBUFS): the next call
                      * that finds the queue empty reads the plain way */
   int err;          /* an error, for the call that finds the queue empty */
-  rx_chunk *q;      /* q[head..head+len) in a ring of cap */
-  unsigned head, len, cap;
-  uint32_t off; /* bytes of q[head] already taken */
+  uint16_t first, last; /* the queue: buffers linked by st->links */
+  unsigned len;         /* ... how many */
+  uint32_t off;         /* bytes of the first already taken */
 } rx;
 
 typedef struct uring_state {
@@ -167,6 +170,7 @@ typedef struct uring_state {
   struct io_uring_buf_ring *br; /* the provided buffer ring ... */
   size_t br_bytes;              /* ... its size (mmap'ed) ... */
   char *bufs;                   /* ... and the buffers it hands out */
+  rx_links *links;              /* ... and the queues through them */
   int draining;                 /* quiesce: completions wake nobody */
 } uring_state;
 
@@ -890,7 +894,7 @@ static int rx_setup(uring_state *st) {
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (br == MAP_FAILED)
     return 0;
-  char *bufs = weft__malloc((size_t)RX_NBUFS * RX_BUFSZ);
+  char *bufs = weft__malloc((size_t)RX_NBUFS * RX_BUFSZ + sizeof(rx_links));
   struct io_uring_buf_reg reg = {
       .ring_addr = (uintptr_t)br, .ring_entries = RX_NBUFS, .bgid = RX_BGID};
   if (!bufs || io_uring_register_buf_ring(&st->ring, &reg, 0) < 0) {
@@ -901,6 +905,7 @@ static int rx_setup(uring_state *st) {
   st->br = br;
   st->br_bytes = bytes;
   st->bufs = bufs;
+  st->links = (rx_links *)(bufs + (size_t)RX_NBUFS * RX_BUFSZ);
   io_uring_buf_ring_init(st->br);
   for (unsigned i = 0; i < RX_NBUFS; i++)
     io_uring_buf_ring_add(st->br, bufs + (size_t)i * RX_BUFSZ, RX_BUFSZ,
@@ -925,26 +930,27 @@ static rx *rx_of(uring_state *st, int fd) {
   return (rx *)ms_of(&st->rxs, fd, sizeof(rx));
 }
 
-static int rx_push(rx *r, uint16_t bid, uint32_t len) {
-  if (r->len == r->cap && ring_grow((void **)&r->q, &r->head, r->len, &r->cap,
-                                    sizeof *r->q, 2 * RX_QUEUE_MAX) < 0)
-    return -ENOMEM;
-  r->q[(r->head + r->len++) % r->cap] = (rx_chunk){bid, len};
-  return 0;
+static void rx_push(uring_state *st, rx *r, uint16_t bid, uint32_t len) {
+  st->links->len[bid] = len;
+  if (r->len++)
+    st->links->next[r->last] = bid;
+  else
+    r->first = bid;
+  r->last = bid;
 }
 
 static void rx_pop(uring_state *st, rx *r) {
-  rx_recycle(st, r->q[r->head].bid);
-  r->head = (r->head + 1) % r->cap;
+  uint16_t bid = r->first;
+  r->first = st->links->next[bid];
   r->len--;
   r->off = 0;
+  rx_recycle(st, bid);
 }
 
 static void rx_free(uring_state *st, multishot *m) {
   rx *r = (rx *)m;
   while (r->len)
     rx_pop(st, r);
-  weft__free(r->q);
   weft__free(r);
 }
 
@@ -980,9 +986,8 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
     uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
     if (res > 0 && !r->ms.detached) {
       KERNEL_WROTE(rx_buf(st, bid), (size_t)res);
-      queued = rx_push(r, bid, (uint32_t)res) == 0;
-      if (!queued)
-        r->err = ENOMEM; /* and the buffer goes back */
+      rx_push(st, r, bid, (uint32_t)res);
+      queued = 1;
     }
     if (!queued)
       rx_recycle(st, bid);
@@ -1018,22 +1023,24 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
 static size_t rx_take(uring_state *st, rx *r, char *dst, size_t len, int peek) {
   size_t n = 0;
   uint32_t off = r->off;
+  uint16_t bid = r->first;
   for (unsigned i = 0; i < r->len && n < len; i++) {
-    const rx_chunk *c = &r->q[(r->head + i) % r->cap];
-    size_t k = c->len - off < len - n ? c->len - off : len - n;
-    memcpy(dst + n, rx_buf(st, c->bid) + off, k);
+    uint32_t clen = st->links->len[bid];
+    size_t k = clen - off < len - n ? clen - off : len - n;
+    memcpy(dst + n, rx_buf(st, bid) + off, k);
     n += k;
-    off = k == c->len - off ? 0 : off + (uint32_t)k;
+    off = k == clen - off ? 0 : off + (uint32_t)k;
+    bid = st->links->next[bid];
   }
   if (peek)
     return n;
   for (size_t left = n; left;) {
-    const rx_chunk *c = &r->q[r->head];
-    if (left < c->len - r->off) {
+    uint32_t clen = st->links->len[r->first];
+    if (left < clen - r->off) {
       r->off += (uint32_t)left;
       break;
     }
-    left -= c->len - r->off;
+    left -= clen - r->off;
     rx_pop(st, r);
   }
   return n;
@@ -1136,12 +1143,22 @@ static void rx_close(weft_loop *loop, uring_state *st, int fd) {
 /* Whether rx_recv takes this input call: a stream socket's, with the
  * flags it knows, once multishot recv is set up. With the fault hook on
  * (tests), only a socket whose data already goes through it. */
+/* 1 if the multishot recv serves op; 0 if a request of its own does;
+ * -ENOTSUP for a flag that would need the stream's next bytes while they
+ * are the multishot request's (MSG_TRUNC...). Flags that change nothing
+ * for a recv (MSG_NOSIGNAL, MSG_CMSG_CLOEXEC) are no reason to leave the
+ * queue; MSG_OOB and MSG_ERRQUEUE read data that never enters it. */
 static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
-  if ((e->flags & (FD_SOCKET | FD_STREAM)) != (FD_SOCKET | FD_STREAM) ||
-      (op->flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT)))
+  if ((e->flags & (FD_SOCKET | FD_STREAM)) != (FD_SOCKET | FD_STREAM))
     return 0;
   const rx *r = (const rx *)ms_at(&st->rxs, op->fd);
-  if (r && (r->ms.armed || r->len))
+  int busy = r && (r->ms.armed || r->len);
+  int flags = op->flags & ~(MSG_NOSIGNAL | MSG_CMSG_CLOEXEC);
+  if (flags & (MSG_OOB | MSG_ERRQUEUE))
+    return 0;
+  if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT))
+    return busy ? -ENOTSUP : 0;
+  if (busy)
     return 1;
   if (weft__fault_hook)
     return 0;
@@ -1160,8 +1177,12 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   /* No completion form needed: connect's rules live in io.c, and with
    * MSG_DONTWAIT the call itself never blocks. */
   uring_state *st = state(loop);
-  if (weft__op_is_input(op->kind) && op->kind != OP_ACCEPT &&
-      rx_serves(st, op, e)) {
+  int serves = weft__op_is_input(op->kind) && op->kind != OP_ACCEPT
+                   ? rx_serves(st, op, e)
+                   : 0;
+  if (serves < 0)
+    return serves;
+  if (serves) {
     ssize_t n;
     if (rx_recv(loop, st, op, &n)) {
       if (op->kind == OP_RECVFROM && op->addrlen)
@@ -1323,11 +1344,13 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
    * once (not made non-blocking: a file with O_NONBLOCK would make the
    * ring answer -EAGAIN instead of reading). */
   if (!(e->flags & FD_KNOWN)) {
-    struct stat sb;
-    if (fstat(fd, &sb) < 0)
-      return -errno;
-    if (S_ISREG(sb.st_mode) || S_ISBLK(sb.st_mode) || S_ISDIR(sb.st_mode))
+    /* The kernel says: lseek fails with ESPIPE where pread would (pipes,
+     * sockets, ttys), and works on files and on devices such as
+     * /dev/zero. */
+    if (lseek(fd, 0, SEEK_CUR) >= 0)
       e->flags |= FD_KNOWN | FD_UNPOLLABLE;
+    else if (errno != ESPIPE)
+      return -errno;
     else if (op != FILE_FSYNC)
       return -ESPIPE;
   } else if (!(e->flags & FD_UNPOLLABLE) && op != FILE_FSYNC) {
@@ -1380,8 +1403,8 @@ static void uring_quiesce(weft_loop *loop) {
     int rc = io_uring_submit_and_wait(&st->ring, 1);
     if (rc < 0 && rc != -EINTR && rc != -ETIME && rc != -EBUSY &&
         rc != -EAGAIN) {
-      /* The ring is unusable (another thread frees the loop of a
-       * SINGLE_ISSUER ring): say so rather than free live buffers. */
+      /* The ring is unusable (weft_loop_free refuses to come here from
+       * another thread, which a SINGLE_ISSUER ring would refuse): say so. */
       fprintf(stderr,
               "weft: io_uring: cannot wait for %s (%s); "
               "abandoning the requests in flight\n",

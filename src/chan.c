@@ -218,7 +218,10 @@ static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
 static inline __attribute__((always_inline)) int chan_op(weft_chan *c,
                                                          void *elem, int op) {
   weft_task *t = weft__running_task();
-  if (!c || !elem)
+  /* A task of another loop: -EINVAL even when it could be done at once
+   * (it would wake a task of the other loop, perhaps on another thread),
+   * as weft_select says. */
+  if (!c || !elem || (t && t->loop != c->loop))
     return -EINVAL;
   int rc = t ? weft__checkpoint() : 0;
   if (rc < 0)

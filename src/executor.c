@@ -28,9 +28,10 @@ typedef struct job {
   void *(*fn)(void *);
   void *arg;
   void *result;
-  struct job *next;    /* in the pool's queue, the done list, the cache */
+  struct job *next;    /* in the pool's queue, the done list, the cache,
+                        * the handed list */
+  struct job *prev;    /* in the handed list */
   weft_task *task;     /* weft_run_in_thread's caller while it waits, or NULL */
-  void **out;          /* ... and where its result goes (on its stack) */
   weft_future *future; /* weft_submit's future (the job holds a reference) */
   void (*release)(void *result, void *arg);
   void *release_arg;
@@ -49,6 +50,10 @@ typedef struct pool {
   weft_loop *loop;
   job *cache; /* delivered records, for reuse (loop thread) */
   size_t cached;
+  /* Finished jobs whose caller was woken and has not yet taken the result
+   * (loop thread): a loop freed before the caller runs again releases it
+   * (opts->release), so nothing a result owns is lost with the task. */
+  job *handed;
 } pool;
 
 /* Job records kept per loop for reuse; beyond this many they are freed. */
@@ -175,7 +180,6 @@ static job *job_new(weft_loop *loop, void *(*fn)(void *), void *arg,
   j->arg = arg;
   j->result = NULL;
   j->task = NULL;
-  j->out = NULL;
   j->future = NULL;
   j->release = opts ? opts->release : NULL;
   j->release_arg = opts ? opts->release_arg : NULL;
@@ -213,10 +217,13 @@ static void job_drop_result(job *j) {
 static void deliver(weft_loop *loop, job *j) {
   pool *p = loop->executor;
   loop->jobs_pending--;
-  if (j->task) { /* its caller still waits */
-    *j->out = j->result;
+  if (j->task) { /* its caller still waits: it takes the result */
+    j->prev = NULL;
+    j->next = p->handed;
+    if (j->next)
+      j->next->prev = j;
+    p->handed = j;
     weft__wake(j->task, 0);
-    job_free(p, j);
     return;
   }
   weft_future *f = j->future;
@@ -229,9 +236,9 @@ static void deliver(weft_loop *loop, job *j) {
   job_free(p, j);
 }
 
-/* The jobs workers finished since the last turn (loop.c calls it when the
- * list is not empty). They were pushed newest first: deliver oldest first. */
-/* Delivers the jobs on loop->jobs_done (the loop's jobs_deliver hook). */
+/* Delivers the jobs workers finished since the last turn, on
+ * loop->jobs_done (the loop's jobs_deliver hook, called when the list is
+ * not empty). They were pushed newest first: deliver oldest first. */
 static void executor_deliver(weft_loop *loop) {
   job *j =
       __atomic_exchange_n((job **)&loop->jobs_done, NULL, __ATOMIC_ACQUIRE);
@@ -249,10 +256,9 @@ static void executor_deliver(weft_loop *loop) {
   }
 }
 
-/* weft_loop_free: let the workers finish what was queued, join them, and
- * release the results nobody will take now (no task runs again). */
-/* Joins the pool and releases what it still holds (the loop's pool_free
- * hook, first in weft_loop_free). */
+/* weft_loop_free (the loop's pool_free hook): let the workers finish what
+ * was queued, join them, and release the results nobody will take now (no
+ * task runs again). */
 static void executor_free(weft_loop *loop) {
   pool *p = loop->executor;
   if (!p)
@@ -272,6 +278,11 @@ static void executor_free(weft_loop *loop) {
     weft__free(j);
     j = next;
   }
+  while ((j = p->handed)) { /* their callers will never run again */
+    p->handed = j->next;
+    job_drop_result(j);
+    weft__free(j);
+  }
   while ((j = p->cache)) {
     p->cache = j->next;
     weft__free(j);
@@ -290,7 +301,19 @@ static void undo_run(weft_task *t, void *arg) {
   job *j = arg;
   (void)t;
   j->task = NULL;
-  j->out = NULL;
+}
+
+/* The caller, woken by delivery, takes the result and the record goes. */
+static void *take_result(pool *p, job *j) {
+  if (j->prev)
+    j->prev->next = j->next;
+  else
+    p->handed = j->next;
+  if (j->next)
+    j->next->prev = j->prev;
+  void *result = j->result;
+  job_free(p, j);
+  return result;
 }
 
 int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
@@ -311,20 +334,21 @@ int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
   job *j = job_new(loop, fn, arg, opts);
   if (!j)
     return -ENOMEM;
-  void *out = NULL;
   j->task = t;
-  j->out = &out;
   if ((rc = job_submit(loop, j)) < 0)
     return rc;
   *queued = 1;
-  /* Woken by delivery (which frees the job), or cancelled: then undo_run
-   * has made the job nobody's, and delivery releases its result. (The
-   * deadline may also pass between the checkpoint above and the park,
-   * which then returns -ETIMEDOUT at once: the job is queued all the
-   * same.) */
+  /* Woken by delivery (the job waits on the handed list for us to take
+   * its result), or cancelled: then undo_run has made the job nobody's,
+   * and delivery releases its result. (The deadline may also pass between
+   * the checkpoint above and the park, which then returns -ETIMEDOUT at
+   * once: the job is queued all the same.) */
   rc = weft__park(WAIT_EXECUTOR, (int64_t)(uintptr_t)fn, undo_run, j);
-  if (rc == 0 && result)
-    *result = out;
+  if (rc == 0) {
+    void *out = take_result(loop->executor, j);
+    if (result)
+      *result = out;
+  }
   return rc;
 }
 

@@ -161,6 +161,13 @@ static ssize_t fop_run(fop *f, void *out) {
   ssize_t r = f->rc;
   if (f->op == F_READ && r > 0)
     memcpy(out, f->data, (size_t)r);
+  /* A new fd: what the table said of its number was about one closed
+   * behind weft's back (a pipe's flags would send the file's calls the
+   * pipe's way). */
+  if (f->op == F_OPEN && r >= 0 && !weft__fd_fresh(f->loop, (int)r)) {
+    close((int)r);
+    r = -ENOMEM;
+  }
   fop_ended(f);
   weft__free(f);
   return r;

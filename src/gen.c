@@ -183,4 +183,14 @@ int weft_gen_free(weft_gen *g) {
   return 0;
 }
 
+void weft__gen_abandon(weft_gen *g) {
+  for (; g; g = g->parent) {
+    g->state = GEN_DONE;
+    if (g->stack) {
+      weft__stack_release_abandoned(g->stack);
+      g->stack = NULL;
+    }
+  }
+}
+
 bool weft_gen_done(const weft_gen *g) { return !g || g->state == GEN_DONE; }

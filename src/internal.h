@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 
 /* The code that every I/O call, park, wake-up and turn of the loop runs
@@ -157,6 +158,9 @@ struct weft_loop {
   int running;               /* inside weft_loop_run */
   int *errno_at;             /* &errno of its thread (no call per switch) */
   int stop;                  /* weft_loop_stop was called */
+  /* Signals weft_signal_wait blocked (signal.c): they stay blocked, and
+   * pending, when weft_loop_run takes back what it blocked itself. */
+  sigset_t sig_kept;
 
   /* Time and timers (timer.c). */
   int64_t now;   /* weft_now() as first read in this turn (weft__turn_now) */
@@ -242,6 +246,12 @@ struct weft_loop {
 
 /* The generator running on this thread (innermost), or NULL. gen.c. */
 extern WEFT__TLS weft_gen *weft__gen_running;
+
+/* A task dropped by weft_loop_free while inside generators (g the
+ * innermost): they will never run again. Each is marked done and its
+ * stack goes back to the pool, frames abandoned; the records stay for the
+ * program's weft_gen_free. gen.c. */
+void weft__gen_abandon(weft_gen *g);
 
 /* The loop running on this thread, or NULL outside weft_loop_run. */
 extern WEFT__TLS weft_loop *weft__loop_running;

@@ -31,9 +31,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 /* ---- the fd table ----------------------------------------------------- */
@@ -121,13 +123,10 @@ weft__fd *weft__fd_entry_new(weft_loop *loop, int fd, int *rc) {
   return e;
 }
 
-int weft__fd_adopt(int fd, int stream) {
-  weft_loop *loop = weft_loop_current();
-  if (!loop)
-    return 0;
+weft__fd *weft__fd_fresh(weft_loop *loop, int fd) {
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e)
-    return -ENOMEM;
+    return NULL;
   /* Whatever the table said of this number was about an fd closed behind
    * weft's back: start afresh. */
   if (e->flags & FD_WATCHED)
@@ -137,6 +136,16 @@ int weft__fd_adopt(int fd, int stream) {
   uint32_t gen = e->gen + 1;
   memset(e, 0, sizeof *e);
   e->gen = gen;
+  return e;
+}
+
+int weft__fd_adopt(int fd, int stream) {
+  weft_loop *loop = weft_loop_current();
+  if (!loop)
+    return 0;
+  weft__fd *e = weft__fd_fresh(loop, fd);
+  if (!e)
+    return -ENOMEM;
   e->flags = FD_KNOWN | FD_NONBLOCK | FD_SOCKET | (stream ? FD_STREAM : 0);
   e->ready = WEFT_READ | WEFT_WRITE;
   first_watch(loop, fd, e);
@@ -605,11 +614,18 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
   if (loop->spare_fd < 0)
     loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   int64_t backoff = ACCEPT_BACKOFF_MIN;
+  const socklen_t room = addr && addrlen ? *addrlen : 0;
   for (;;) {
     weft__op op = {
         .kind = OP_ACCEPT, .fd = fd, .addr = addr, .addrlen = addrlen};
     ssize_t c = loop->io(loop, &op);
     if (c >= 0) {
+      /* An unnamed Unix peer: the kernel writes the family alone, and the
+       * path left in the caller's buffer would be printed as the peer's
+       * (weft_addr_str); it is made empty, as Python shows it. */
+      const socklen_t path_at = offsetof(struct sockaddr_un, sun_path);
+      if (room > path_at && *addrlen <= path_at && addr->sa_family == AF_UNIX)
+        ((struct sockaddr_un *)addr)->sun_path[0] = '\0';
       /* A connection is of its listener's type: a SOCK_SEQPACKET one is
        * not a stream, whose short read would mean "drained". */
       weft__fd_adopt((int)c, listener_is_stream(loop, fd));

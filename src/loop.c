@@ -228,11 +228,16 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   int want_uring = name && !strcmp(name, "io_uring");
   if (want_uring && strcmp(backend->name, "io_uring"))
     uring_notice(ENOSYS);
+  size_t stack_size = weft__stack_round(cfg ? cfg->stack_size : 0);
+  if (!stack_size) { /* past any stack that could be mapped */
+    errno = EINVAL;
+    return NULL;
+  }
   weft_loop *loop = weft__calloc(1, sizeof *loop);
   if (!loop)
     return NULL;
   loop->thread = pthread_self();
-  loop->stack_size = weft__stack_round(cfg ? cfg->stack_size : 0);
+  loop->stack_size = stack_size;
   loop->executor_max = cfg ? cfg->executor_threads : 0;
   if (cfg && cfg->virtual_clock) {
     loop->vclock = 1;
@@ -243,6 +248,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   use_backend(loop, backend);
   loop->wake_fd = loop->wake_wfd = -1;
   loop->quit_fd = -1;
+  sigemptyset(&loop->sig_kept);
   int rc = backend->init(loop);
   /* Out of memory is an error, not a reason to change backends; the
    * kernel refusing a ring (a memlock limit) is a reason. */
@@ -284,6 +290,15 @@ void weft_loop_stop(weft_loop *loop) {
 void weft_loop_free(weft_loop *loop) {
   if (!loop || loop->running)
     return;
+  /* The loop is its thread's: the thread's list of loops, its stack pool,
+   * and (io_uring, SINGLE_ISSUER) the only ring that can wait out the
+   * requests still writing into the tasks' stacks. Freed from another
+   * thread, the loop is left as it is. */
+  if (!pthread_equal(loop->thread, pthread_self())) {
+    fprintf(stderr, "weft: weft_loop_free called off the loop's thread: "
+                    "the loop is not freed\n");
+    return;
+  }
   weft__thread_loop_remove(loop);
   /* Tasks that never finished leave the queues they wait in, before the
    * pool and the kernel let go of what those waits refer to. */
@@ -374,9 +389,12 @@ static void sig_block(sig_guard *g, int debug) {
     }
 }
 
-static void sig_restore(sig_guard *g) {
+static void sig_restore(sig_guard *g, const sigset_t *kept) {
   sigset_t pending, take;
   sigemptyset(&take);
+  for (int sig = 1; sig < NSIG; sig++) /* weft_signal_wait's stay blocked */
+    if (sigismember(kept, sig) == 1)
+      sigdelset(&g->mine, sig);
   if (sigpending(&pending) == 0)
     for (int sig = 1; sig < NSIG; sig++)
       if (sigismember(&g->mine, sig) == 1 && sigismember(&pending, sig) == 1 &&
@@ -479,8 +497,10 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
         __atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED)) {
       /* Work is waiting, so the backend is only looked at, not waited
        * on; and only every WEFT__BUSY_POLL turns, or a loop whose tasks
-       * wake each other would pay a system call per turn. */
-      if (loop->nwaiters == 0 || ++loop->busy_turns < WEFT__BUSY_POLL)
+       * wake each other would pay a system call per turn. (WEFT_DEBUG's
+       * SIGQUIT fd counts as a waiter: the dump is for such a loop.) */
+      if ((loop->nwaiters == 0 && loop->quit_fd < 0) ||
+          ++loop->busy_turns < WEFT__BUSY_POLL)
         continue;
       timeout = 0;
     } else if (loop->heap_len) {
@@ -525,7 +545,10 @@ int weft_loop_run(weft_loop *loop) {
   int debug = debug_enabled();
   sig_guard guard;
   sig_block(&guard, debug);
+  /* Called from inside a generator: the loop's own flow is inside none (a
+   * callback's weft_gen_yield would suspend the loop half-run). */
   weft_gen *saved_gen = weft__gen_running;
+  weft__gen_running = NULL;
   weft__loop_running = loop;
   loop->errno_at = &errno;
   loop->running = 1;
@@ -539,7 +562,7 @@ int weft_loop_run(weft_loop *loop) {
   weft__loop_running = NULL;
   weft__gen_running = saved_gen;
   quit_close(loop);
-  sig_restore(&guard);
+  sig_restore(&guard, &loop->sig_kept);
   errno = saved_errno;
   return rc;
 }
@@ -548,11 +571,13 @@ struct main_call {
   int (*fn)(void *);
   void *arg;
   int rc;
+  int done; /* fn has returned rc */
 };
 
 static void *main_task(void *p) {
   struct main_call *m = p;
   m->rc = m->fn(m->arg);
+  m->done = 1;
   return NULL;
 }
 
@@ -562,7 +587,7 @@ int weft_main(int (*fn)(void *), void *arg) {
   weft_loop *loop = weft_loop_new(NULL);
   if (!loop)
     return -errno;
-  struct main_call m = {fn, arg, 0};
+  struct main_call m = {fn, arg, 0, 0};
   weft_task_opts opts = {.name = "main", .loop = loop};
   weft_task *t = weft_spawn_opts(main_task, &m, &opts);
   if (!t) {
@@ -573,5 +598,8 @@ int weft_main(int (*fn)(void *), void *arg) {
   weft_detach(t);
   int rc = weft_loop_run(loop);
   weft_loop_free(loop);
-  return rc < 0 ? rc : m.rc;
+  if (rc < 0)
+    return rc;
+  /* Stopped (weft_loop_stop) before fn returned: it has no value. */
+  return m.done ? m.rc : -EINTR;
 }

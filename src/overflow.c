@@ -63,7 +63,19 @@ static void report(const weft__region *r) {
 static void on_segv(int sig, siginfo_t *si, void *uc) {
   const weft__region *r = weft__ctx_running();
   uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)r->lo;
-  if (r->guard && a < lo && a >= lo - r->guard) {
+  /* Sent (kill, raise, sigqueue: si_code <= 0), not a fault: nothing runs
+   * again to fault anew, so the default action is taken here, and an
+   * ignored one is ignored, weft's handler staying in place. */
+  if (si->si_code <= 0 && !(previous_segv.sa_flags & SA_SIGINFO) &&
+      (previous_segv.sa_handler == SIG_DFL ||
+       previous_segv.sa_handler == SIG_IGN)) {
+    if (previous_segv.sa_handler == SIG_DFL) {
+      signal(SIGSEGV, SIG_DFL);
+      raise(SIGSEGV); /* blocked in here: delivered as the handler returns */
+    }
+    return;
+  }
+  if (si->si_code > 0 && r->guard && a < lo && a >= lo - r->guard) {
     report(r);
     signal(SIGABRT, SIG_DFL);
     abort();

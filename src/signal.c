@@ -6,6 +6,8 @@
  */
 #include "internal.h"
 
+#include "backend.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
@@ -32,9 +34,19 @@ int weft_signal_wait(const sigset_t *set, int *signo) {
   /* Blocked first: a signal that comes before the signalfd exists stays
    * pending, and the signalfd reports it. */
   pthread_sigmask(SIG_BLOCK, set, NULL);
+  /* ... and they stay blocked: the loop's exit, which unblocks the SIGPIPE
+   * (and WEFT_DEBUG's SIGQUIT) it blocked itself, leaves these be. */
+  weft_loop *loop = weft__running_task()->loop;
+  for (int s = 1; s < NSIG; s++)
+    if (sigismember(set, s) == 1)
+      sigaddset(&loop->sig_kept, s);
   int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (fd < 0)
     return -errno;
+  if (!weft__fd_fresh(loop, fd)) { /* a stale entry must not describe it */
+    close(fd);
+    return -ENOMEM;
+  }
   struct signalfd_siginfo si;
   ssize_t n = weft_read(fd, &si, sizeof si);
   weft_close(fd);

@@ -60,6 +60,8 @@ size_t weft__stack_round(size_t size) {
   size_t p = page();
   if (size == 0)
     size = WEFT__STACK_DEFAULT;
+  if (size > WEFT__STACK_MAX)
+    return 0; /* rounding, and the chunk sizes, would wrap */
   if (size < 4 * p)
     size = 4 * p; /* room for the header and a few frames */
   return (size + p - 1) & ~(p - 1);
@@ -119,7 +121,7 @@ static int install_guard(char *slot) {
 
 static chunk *map_chunk(weft__stack_class *c) {
   size_t n = c->chunks ? c->chunks->slots * 2 : CHUNK_FIRST;
-  if (n * c->size > CHUNK_MAX_BYTES)
+  if (c->size > CHUNK_MAX_BYTES / n) /* n * c->size, without wrapping */
     n = CHUNK_MAX_BYTES / c->size ? CHUNK_MAX_BYTES / c->size : 1;
   chunk *k = weft__calloc(1, sizeof *k);
   if (!k)
@@ -212,7 +214,12 @@ static void warm_unlink(weft__stack_class *c, weft__stack *s) {
 }
 
 weft__stack *weft__stack_acquire(size_t size) {
-  weft__stack_class *c = class_for(weft__stack_round(size));
+  size_t nominal = weft__stack_round(size);
+  if (!nominal) {
+    errno = ENOMEM; /* no such stack could ever be mapped */
+    return NULL;
+  }
+  weft__stack_class *c = class_for(nominal);
   if (!c)
     return NULL;
   weft__stack *s = c->warm;

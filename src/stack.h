@@ -72,8 +72,10 @@ int weft__stack_trim(void);
 /* Arranges for this thread's pool to be trimmed when the thread exits. */
 void weft__stack_thread_init(void);
 
-/* Rounds a requested stack size to what acquire gives (for messages). */
+/* Rounds a requested stack size to what acquire gives (for messages); 0
+ * for a size past WEFT__STACK_MAX, which no mapping could hold. */
 size_t weft__stack_round(size_t size);
+#define WEFT__STACK_MAX ((size_t)1 << 46) /* 64 TiB: more than mmap gives */
 
 /* 1 if guards are installed with MADV_GUARD_INSTALL, 0 with mprotect, -1 not
  * known yet (no stack mapped). For tests and docs. */

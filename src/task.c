@@ -455,10 +455,13 @@ void weft__tasks_unpark(weft_loop *loop) {
 }
 
 void weft__tasks_free(weft_loop *loop) {
-  /* Tasks that never finished are dropped where they stand. */
+  /* Tasks that never finished are dropped where they stand, with the
+   * generators they were inside. */
   while (loop->live) {
     weft_task *t = loop->live;
     unlink_live(loop, t);
+    weft__gen_abandon(t->gen);
+    t->gen = NULL;
     weft__stack_release_abandoned(t->stack);
     t->stack = NULL;
   }
@@ -656,7 +659,7 @@ static size_t stack_used(const weft_task *t) {
 /* What t waits on, in words: "fd 7 read", "timer in 12.5 ms", ... */
 static void describe_wait(const weft_task *t, char *buf, size_t len) {
   long long d = (long long)t->waits_detail;
-  double ms = (double)(t->waits_detail - weft__turn_now(t->loop)) / 1e6;
+  double ms = (double)(t->waits_detail - weft__loop_clock(t->loop)) / 1e6;
   switch (t->waits_on) {
   case WAIT_FD_READ: snprintf(buf, len, "fd %lld read", d); break;
   case WAIT_FD_WRITE: snprintf(buf, len, "fd %lld write", d); break;
@@ -690,7 +693,7 @@ static void describe_wait(const weft_task *t, char *buf, size_t len) {
   size_t n = strlen(buf);
   if (first != WEFT_NEVER && n < len)
     snprintf(buf + n, len - n, ", deadline in %.1f ms",
-             (double)(first - weft__turn_now(t->loop)) / 1e6);
+             (double)(first - weft__loop_clock(t->loop)) / 1e6);
 }
 
 void weft_dump(FILE *out) {

@@ -1639,9 +1639,14 @@ static void test_outside_task(void) {
  * call must wait, and the channel is left with no waiter. */
 static weft_chan *foreign;
 
+static weft_chan *foreign_buf; /* of the other loop, with room */
+
 static void *foreign_task(void *arg) {
   (void)arg;
   int64_t v = 1;
+  /* Refused even when it could be done at once. */
+  CHECK_EQ(weft_chan_send(foreign_buf, &v), -EINVAL);
+  CHECK_EQ(weft_chan_len(foreign_buf), 0);
   CHECK_EQ(weft_chan_send(foreign, &v), -EINVAL);
   v = SENTINEL;
   CHECK_EQ(weft_chan_recv(foreign, &v), -EINVAL);
@@ -1658,6 +1663,7 @@ static void test_foreign_loop(void) {
   weft_loop *a = weft_loop_new(NULL);
   CHECK(a);
   foreign = chan(8, 0);
+  foreign_buf = chan(8, 4);
   weft_loop *b = weft_loop_new(NULL); /* now the current one */
   CHECK(b);
   CHECK(weft_spawn(foreign_task, NULL));
@@ -1667,6 +1673,7 @@ static void test_foreign_loop(void) {
   TRY_SEND(foreign, 1, -EAGAIN); /* no receiver was left behind */
   EMPTY(foreign);
   weft_chan_free(foreign);
+  weft_chan_free(foreign_buf);
   CHECK_EQ(weft_loop_run(a), 0);
   weft_loop_free(a);
 }

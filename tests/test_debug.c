@@ -52,8 +52,33 @@ static void *quitter(void *arg) {
   return NULL;
 }
 
+/* Tasks that only yield to one another for 300 ms (no fd, no timer): the
+ * SIGQUIT one of them raises is dumped all the same (it once waited for a
+ * look at I/O that a loop with no fd waiter never took). */
+static void *spinner(void *arg) {
+  int64_t t0 = weft_now();
+  int raised = 0;
+  while (weft_now() - t0 < WEFT_MS(300)) {
+    if (arg && !raised && weft_now() - t0 > WEFT_MS(50)) {
+      CHECK_EQ(kill(getpid(), SIGQUIT), 0);
+      raised = 1;
+    }
+    CHECK_EQ(weft_yield(), 0);
+  }
+  return NULL;
+}
+
 static int scenario(void *arg) {
   int which = (int)(intptr_t)arg;
+  if (which == 2) {
+    weft_task_opts o = {.name = "spinner"};
+    weft_task *a = weft_spawn_opts(spinner, NULL, &o);
+    weft_task *b = weft_spawn_opts(spinner, &o, &o);
+    CHECK(a && b);
+    CHECK_EQ(weft_join(a, NULL), 0);
+    CHECK_EQ(weft_join(b, NULL), 0);
+    return 0;
+  }
   weft_task_opts o = {.name = which == 0 ? "hog" : "polite"};
   weft_task *t = weft_spawn_opts(which == 0 ? hog : polite, NULL, &o);
   CHECK(t);
@@ -120,6 +145,12 @@ int main(void) {
   CHECK(!strstr(out, "without yielding"));
   free(out);
   printf("  a task that yields often: not reported: ok\n");
+
+  out = run_child(2, "1");
+  CHECK(strstr(out, "weft: SIGQUIT: the tasks of loop"));
+  CHECK(strstr(out, "spinner"));
+  free(out);
+  printf("  SIGQUIT dump of a loop whose tasks only yield: ok\n");
 
   /* Without WEFT_DEBUG: no report (and SIGQUIT would keep its default
    * action, so it is not sent). */

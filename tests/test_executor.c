@@ -1685,6 +1685,119 @@ static void remove_dir(void) {
   rmdir(dir);
 }
 
+/* ---- a result delivered to a task that never runs again ---------------- */
+/* The job has finished and its caller is woken, but a task ahead of it in
+ * the turn stops the loop, and the loop is freed: the result goes to the
+ * release callback, a file opened is closed, and a weft_file_close
+ * deferred behind a read happens (all were lost with the task). */
+static rel_rec handed_rec;
+static int handed_fd = -1, handed_mode;
+
+static void *handed_closer(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_yield(), 0);               /* the read is queued */
+  CHECK_EQ(weft_file_close(handed_fd), 0); /* deferred behind it */
+  return NULL;
+}
+static void *handed_caller(void *arg) {
+  (void)arg;
+  char buf[4];
+  weft_submit_opts o = rel_opts(&handed_rec);
+  job j;
+  switch (handed_mode) {
+  case 0:
+    job_init(&j, 0, P(93));
+    weft_run_in_thread_with(job_fn, &j, NULL, &o);
+    break;
+  case 1: weft_file_open(path, O_RDONLY, 0); break;
+  default:
+    CHECK_EQ(weft_go(handed_closer, NULL), 0);
+    weft_file_read(handed_fd, buf, sizeof buf, 0);
+  }
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+/* The pool has one thread, held by a job that waits for `handed_go`: the
+ * caller's job queues behind it and cannot finish before the stopper has
+ * seen it queued (it once did, under load, and the caller then ran). */
+static int handed_go;
+static void *handed_blocker(void *arg) {
+  while (!__atomic_load_n(&handed_go, __ATOMIC_ACQUIRE))
+    sleep_ns(WEFT_MS(1));
+  return arg;
+}
+static void *handed_stopper(void *arg) { /* ahead of the caller each turn */
+  while (weft_executor_pending(arg) < 2) /* the caller's job is queued */
+    CHECK_EQ(weft_yield(), 0);
+  __atomic_store_n(&handed_go, 1, __ATOMIC_RELEASE);
+  while (weft_executor_pending(arg) != 0) /* delivered: the caller woken */
+    CHECK_EQ(weft_yield(), 0);
+  weft_loop_stop(arg);
+  return NULL;
+}
+
+static void test_handed(void) {
+  /* On io_uring a file read is a ring request, not a job: no third case. */
+  const char *b = getenv("WEFT_BACKEND");
+  int modes = b && strcmp(b, "io_uring") == 0 ? 2 : 3;
+  for (handed_mode = 0; handed_mode < modes; handed_mode++) {
+    begin("a delivered result, its caller never run again");
+    int fds = check_fd_count();
+    if (handed_mode == 2) {
+      handed_fd = open(path, O_RDONLY | O_CLOEXEC);
+      CHECK_GE(handed_fd, 0);
+    }
+    weft_config one = {.executor_threads = 1};
+    weft_loop *loop = weft_loop_new(&one);
+    CHECK(loop);
+    handed_go = 0;
+    weft_future *blocker = weft_submit(handed_blocker, NULL);
+    CHECK(blocker);
+    weft_future_release(blocker);
+    CHECK(weft_spawn(handed_stopper, loop));
+    CHECK(weft_spawn(handed_caller, NULL));
+    CHECK_EQ(weft_loop_run(loop), 1);
+    weft_loop_free(loop);
+    if (handed_mode == 0)
+      CHECK_RELEASED_ONCE(handed_rec, P(93));
+    CHECK_EQ(check_fd_count(), fds); /* the opened file, the deferred close */
+  }
+}
+
+/* A file opened at a number that a pipe closed behind weft's back had: the
+ * table's stale entry does not send the file's calls the pipe's way
+ * (io_uring once said -ESPIPE). Devices that pread reads (/dev/zero) are
+ * read; a pipe is -ESPIPE on every backend, as pread says. */
+static void *stale_main(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  CHECK_EQ(write(p[1], "abc", 3), 3);
+  char buf[16];
+  CHECK_EQ(weft_read(p[0], buf, sizeof buf), 3);
+  CHECK_EQ(weft_file_read(p[0], buf, 3, 0), -ESPIPE);
+  int num = p[0];
+  CHECK_EQ(close(p[0]), 0); /* behind weft's back */
+  int fd = weft_file_open(path, O_RDWR, 0);
+  CHECK_EQ(fd, num);
+  CHECK_EQ(weft_file_write(fd, "xyz", 3, 0), 3);
+  CHECK_EQ(weft_file_read(fd, buf, 3, 0), 3);
+  CHECK(memcmp(buf, "xyz", 3) == 0);
+  CHECK_EQ(weft_file_close(fd), 0);
+  CHECK_EQ(weft_close(p[1]), 0);
+  fd = weft_file_open("/dev/zero", O_RDONLY, 0);
+  CHECK_GE(fd, 0);
+  memset(buf, 1, sizeof buf);
+  CHECK_EQ(weft_file_read(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+  CHECK_EQ(buf[0], 0);
+  CHECK_EQ(weft_file_close(fd), 0);
+  fd = weft_file_open("/dev/null", O_WRONLY, 0);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(weft_file_write(fd, buf, sizeof buf, 0), (ssize_t)sizeof buf);
+  CHECK_EQ(weft_file_close(fd), 0);
+  return NULL;
+}
+
 static void test_files(void) {
   snprintf(dir, sizeof dir, "/tmp/weft-exec-XXXXXX");
   CHECK(mkdtemp(dir));
@@ -1703,6 +1816,8 @@ static void test_files(void) {
   run("file close cancelled", file_cancel_close_main, NULL);
   run("deadlines passing as file calls start", deadline_race_main, NULL);
   test_deferred_close();
+  test_handed();
+  run("a file at a stale number, devices, pipes", stale_main, NULL);
   CHECK_SUBTEST(double_close);
   CHECK_SUBTEST(read_after_close);
   if (RUNNING_ON_VALGRIND || CHECK_ASAN || TEST_TSAN)
@@ -1824,10 +1939,41 @@ static void *signal_main(void *arg) {
   return NULL;
 }
 
+/* SIGPIPE, which the loop blocks while it runs and unblocks as it
+ * returns, waited for here: it stays blocked after the loop, as the
+ * signals weft_signal_wait blocks do, and one raised during the wait's
+ * deadline is still pending for the program (it used to be unblocked, and
+ * the pending one taken away). */
+static void *sigpipe_main(void *arg) {
+  (void)arg;
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(5));
+  CHECK_EQ(weft_signal_wait(&pipe_set, NULL), -ETIMEDOUT);
+  weft_scope_exit(&s);
+  CHECK_EQ(raise(SIGPIPE), 0); /* blocked: pending, not fatal */
+  return NULL;
+}
+
 static void test_signals(void) {
   run("signals", signal_main, NULL);
   CHECK_EQ(is_pending(SIGUSR1), 0);
   CHECK_EQ(is_pending(SIGUSR2), 0);
+  sigset_t before, after;
+  CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &before), 0);
+  CHECK(!sigismember(&before, SIGPIPE));
+  run("sigpipe", sigpipe_main, NULL);
+  CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &after), 0);
+  CHECK(sigismember(&after, SIGPIPE));
+  CHECK_EQ(is_pending(SIGPIPE), 1);
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  struct timespec zero = {0, 0};
+  CHECK_EQ(sigtimedwait(&pipe_set, NULL, &zero), SIGPIPE); /* taken here */
+  CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL), 0);
   printf("  signals: ok\n");
 }
 

@@ -21,7 +21,10 @@
  *  - generators inside tasks: a task switches out while inside a
  *    generator and resumes correctly, with other tasks using generators in
  *    between; a running generator is refused to other tasks; errno stays
- *    the task's.
+ *    the task's;
+ *  - a task dropped by weft_loop_free inside nested generators finishes
+ *    them (they can be freed); a loop run inside a generator runs its
+ *    callbacks in none.
  */
 #include "weft.h"
 
@@ -801,6 +804,75 @@ static void test_in_tasks(void) {
     CHECK_STR_EQ(trace, "a0bc0.a1b,c1.a2b,c2.,");
 }
 
+/* A task dropped by weft_loop_free while inside two nested generators:
+ * they are finished with it (their stacks back in the pool), so the
+ * program can close and free them (they once stayed "running" for ever:
+ * -EINVAL). And a loop run from inside a generator: the loop's callbacks
+ * run in no generator (a yield there once suspended the loop half-run). */
+static weft_gen *outer_g, *inner_g;
+static void *drop_inner_body(weft_gen *g, void *arg) {
+  (void)g;
+  (void)arg;
+  weft_loop_stop(weft_loop_current());
+  weft_sleep(WEFT_SEC(100)); /* the task is dropped here */
+  CHECK(0);
+  return NULL;
+}
+static void *drop_outer_body(weft_gen *g, void *arg) {
+  (void)g;
+  (void)arg;
+  weft_gen_send(inner_g, NULL, NULL);
+  CHECK(0);
+  return NULL;
+}
+static void *enters_gens(void *arg) {
+  (void)arg;
+  weft_gen_send(outer_g, NULL, NULL);
+  CHECK(0);
+  return NULL;
+}
+
+static int cb_yield_rc = 1;
+static weft_gen *loop_g;
+static void yields_loop_gen(void *arg) {
+  (void)arg;
+  cb_yield_rc = weft_gen_yield(loop_g, NULL, NULL);
+}
+static void *runs_loop(weft_gen *g, void *arg) {
+  (void)g;
+  (void)arg;
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK_EQ(weft_call_soon(yields_loop_gen, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+  return P(5);
+}
+
+static void test_dropped(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  outer_g = weft_gen_new(drop_outer_body, NULL, 0);
+  inner_g = weft_gen_new(drop_inner_body, NULL, 0);
+  CHECK(outer_g && inner_g);
+  CHECK(weft_spawn(enters_gens, NULL));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  CHECK(weft_gen_done(inner_g));
+  CHECK(weft_gen_done(outer_g));
+  CHECK_EQ(weft_gen_close(inner_g), 0);
+  CHECK_EQ(weft_gen_free(inner_g), 0);
+  CHECK_EQ(weft_gen_free(outer_g), 0);
+
+  loop_g = weft_gen_new(runs_loop, NULL, 0);
+  CHECK(loop_g);
+  void *out = NULL;
+  CHECK_EQ(weft_gen_send(loop_g, NULL, &out), 0); /* returned: not suspended */
+  CHECK_EQ(cb_yield_rc, -EINVAL);
+  CHECK_PTR_EQ(out, P(5));
+  CHECK_EQ(weft_gen_free(loop_g), 0);
+}
+
 int main(void) {
   test_send();
   test_immediate_return();
@@ -814,6 +886,7 @@ int main(void) {
   test_many();
   test_in_tasks();
   test_nested_in_tasks();
+  test_dropped();
   printf("ok\n");
   return 0;
 }

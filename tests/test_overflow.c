@@ -339,13 +339,10 @@ static void test_user_handler(void) {
 
 /* SIGSEGV ignored before weft: a fault still kills the process (the
  * kernel does not let a program ignore a fault it cannot step over). With
- * weft's handler in between, the child must die the same way, not spin.
- *
- * BUG (src/overflow.c, on_segv): when the previous disposition is SIG_IGN
- * the handler just returns; the faulting instruction runs again, faults
- * again, and the process loops forever (here: killed by the alarm). It
- * should restore SIG_DFL (as for a SIG_DFL predecessor) and return, so the
- * re-executed fault kills the process as it would have without weft. */
+ * weft's handler in between, the child must die the same way, not spin
+ * (it once did: the handler returned with SIG_IGN still in place, and the
+ * faulting instruction ran again and again; it now restores SIG_DFL and
+ * returns, so the fault kills the process as it would without weft). */
 static void child_ignored(void *arg) {
   (void)arg;
   signal(SIGSEGV, SIG_IGN);
@@ -369,6 +366,43 @@ static void test_ignored(void) {
   CHECK_KILLED_BY(res, SIGSEGV);
 }
 
+/* A SIGSEGV sent with kill(), not a fault: with no handler before weft it
+ * kills the process as it would without weft (it was once swallowed, and
+ * weft's handler was gone after it); ignored before weft, it is ignored,
+ * and a later overflow is still reported. */
+static void child_sent(void *arg) {
+  (void)arg;
+  weft_loop *loop = weft_loop_new(NULL); /* installs weft's handler */
+  CHECK(loop != NULL);
+  kill(getpid(), SIGSEGV);
+  fprintf(stderr, "still alive after kill(SIGSEGV)\n");
+  _exit(0);
+}
+
+static void child_sent_ignored(void *arg) {
+  signal(SIGSEGV, SIG_IGN);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop != NULL);
+  kill(getpid(), SIGSEGV);
+  weft_loop_free(loop);
+  child_task_overflow(arg);
+}
+
+static void test_sent(void) {
+  if (CHECK_ASAN)
+    return; /* ASan's handler comes before weft's and reports any SEGV */
+  static check_child res;
+  check_child_run(child_sent, NULL, &res, 10);
+  CHECK_KILLED_BY(res, SIGSEGV);
+  check_quiet(res.err);
+  static const task_case deep = {"deep", 65536, 64};
+  check_child_run(child_sent_ignored, (void *)&deep, &res, 60);
+  char want[4352];
+  snprintf(want, sizeof want,
+           "weft: task %s \"deep\" overflowed its 64 KiB stack\n", res.data);
+  check_message(&res, want);
+}
+
 int main(int argc, char **argv) {
   if (RUNNING_ON_VALGRIND)
     SKIP("valgrind handles SIGSEGV and stack switches its own way");
@@ -385,6 +419,7 @@ int main(int argc, char **argv) {
   test_main_stack_overflow();
   test_user_handler();
   test_ignored();
+  test_sent();
   printf("ok\n");
   return 0;
 }

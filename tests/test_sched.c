@@ -3,8 +3,8 @@
  * cancel, weft_main, weft_loop_*, weft_dump), and the small public calls
  * around it (errors, version, time).
  *
- *  - weft_main returns fn's value; spawn order is FIFO, to the exact
- *    interleaving;
+ *  - weft_main returns fn's value (-EINTR if the loop is stopped first); spawn
+ * order is FIFO, to the exact interleaving;
  *  - join returns the result, once: a second joiner (waiting or after the
  *    first join) is refused, and so is a stale handle whose record was
  *    reused, joining oneself, a detached task or NULL;
@@ -57,11 +57,33 @@ static void trace_reset(void) {
 /* ---- weft_main -------------------------------------------------------- */
 static int ret_arg(void *arg) { return (int)I(arg); }
 
+/* Stops the loop before returning: fn has no value (weft_main once
+ * returned 0); stopped after fn returned: fn's value all the same. */
+static int stop_early(void *arg) {
+  weft_loop_stop(weft_loop_current());
+  CHECK_EQ(weft_yield(), 0);
+  CHECK(0); /* never resumed: the loop is stopped and freed */
+  return (int)I(arg);
+}
+static void *stop_later(void *arg) {
+  CHECK_EQ(weft_yield(), 0);
+  weft_loop_stop(arg);
+  CHECK_EQ(weft_yield(), 0);
+  CHECK(0);
+  return NULL;
+}
+static int returns_first(void *arg) {
+  CHECK(weft_spawn(stop_later, weft_loop_current()));
+  return (int)I(arg);
+}
+
 static void test_main_value(void) {
   CHECK_EQ(weft_main(ret_arg, P(7)), 7);
   CHECK_EQ(weft_main(ret_arg, P(-3)), -3);
   CHECK_EQ(weft_main(ret_arg, P(0)), 0);
   CHECK_EQ(weft_main(NULL, NULL), -EINVAL);
+  CHECK_EQ(weft_main(stop_early, P(42)), -EINTR);
+  CHECK_EQ(weft_main(returns_first, P(43)), 43);
   CHECK(weft_loop_current() == NULL); /* weft_main freed its loop */
 }
 
@@ -696,6 +718,43 @@ static int dump_waits_main(void *arg) {
   return 0;
 }
 
+/* weft_dump between runs counts from the time of the dump, not from the
+ * last turn's clock (it once said "timer in 1000.0 ms" 200 ms later). */
+static void *sleeps_a_second(void *arg) {
+  (void)arg;
+  weft_sleep(WEFT_SEC(1));
+  return NULL;
+}
+static void *stops_it(void *arg) {
+  weft_loop_stop(arg);
+  return NULL;
+}
+
+static void test_dump_between_runs(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_task *t = weft_spawn(sleeps_a_second, NULL);
+  CHECK(t && weft_spawn(stops_it, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  struct timespec ts = {0, 200 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  CHECK(out != NULL);
+  weft_dump(out);
+  fclose(out);
+  const char *at = strstr(buf, "timer in ");
+  CHECK(at != NULL);
+  double ms = atof(at + strlen("timer in "));
+  CHECK(ms < 850.0 && ms > 0.0);
+  free(buf);
+  CHECK_EQ(weft_cancel(t), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  weft_loop_free(loop);
+}
+
 static int dump_main(void *arg) {
   (void)arg;
   stop_flag = 0;
@@ -788,6 +847,11 @@ static size_t stack_of(const weft_task_opts *o) {
   return (size_t)I(r);
 }
 
+static void *gen_body(weft_gen *g, void *arg) {
+  (void)g;
+  return arg;
+}
+
 static int sizes_main(void *arg) {
   size_t loop_default = (size_t)I(arg);
   weft_task_opts o = {0};
@@ -801,6 +865,18 @@ static int sizes_main(void *arg) {
   CHECK_EQ(stack_of(&o), 16384);
   o.stack_size = 1 << 20;
   CHECK_EQ(stack_of(&o), 1 << 20);
+  /* No stack that big could be mapped: NULL and ENOMEM (it once crashed
+   * in the stack pool, its sizes wrapped); the same for a generator. */
+  size_t huge[] = {SIZE_MAX, (size_t)1 << 60};
+  for (int i = 0; i < 2; i++) {
+    o.stack_size = huge[i];
+    errno = 0;
+    CHECK(weft_spawn_opts(yield_n, P(1), &o) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+    errno = 0;
+    CHECK(weft_gen_new(gen_body, NULL, huge[i]) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+  }
 
   /* Names are copied; ids are unique and count up. */
   char name[] = "worker";
@@ -849,6 +925,12 @@ static void test_config_sizes(void) {
     CHECK_EQ(c.rc, 0);
     weft_loop_free(loop);
   }
+  /* A loop's default past any stack that could be mapped: EINVAL (it once
+   * wrapped to 0, which is "the default"). */
+  weft_config big = {.stack_size = SIZE_MAX};
+  errno = 0;
+  CHECK(weft_loop_new(&big) == NULL);
+  CHECK_EQ(errno, EINVAL);
 }
 
 /* ---- errno ------------------------------------------------------------ */
@@ -1177,6 +1259,7 @@ int main(void) {
   test_seed();
   CHECK(weft_loop_current() == NULL);
   CHECK_SUBTEST(regress_cancelled_join_claims_target);
+  CHECK_SUBTEST(test_dump_between_runs);
   CHECK_SUBTEST(regress_err_int_min);
   CHECK_SUBTEST(regress_stale_handle_after_65536_reuses);
   if (check_subtest_failures) {

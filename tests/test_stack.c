@@ -2,8 +2,8 @@
  * Layer 1: stacks (src/stack.h).
  *
  *  - sizes: the default is 256 KiB, requests round up to whole pages, with
- *    a floor of four pages; the region and descriptor sit where stack.h's
- *    diagram says;
+ *    a floor of four pages, and past 64 TiB fail with ENOMEM; the region and
+ * descriptor sit where stack.h's diagram says;
  *  - the pool: a released stack is the next one acquired (LIFO), per size;
  *    a reacquired stack forgets its last owner;
  *  - the guard page below every stack faults (in a child process), for a
@@ -42,6 +42,19 @@ static void test_round(void) {
   CHECK_EQ(weft__stack_round(262144), 262144);
   CHECK_EQ(weft__stack_round(262145), 262144 + pagesz);
   CHECK_EQ(weft__stack_round(1 << 20), 1 << 20);
+  /* Past 64 TiB no stack could be mapped, and rounding (or the chunk's
+   * size) would wrap: 0, and acquire is NULL with ENOMEM (it once wrote
+   * the header into the guard page, or past a tiny mapping). */
+  CHECK_EQ(weft__stack_round(WEFT__STACK_MAX), WEFT__STACK_MAX);
+  CHECK_EQ(weft__stack_round(WEFT__STACK_MAX + 1), 0);
+  CHECK_EQ(weft__stack_round(SIZE_MAX), 0);
+  size_t huge[] = {SIZE_MAX, SIZE_MAX - pagesz + 2, (size_t)1 << 63,
+                   (size_t)1 << 60};
+  for (size_t i = 0; i < sizeof huge / sizeof *huge; i++) {
+    errno = 0;
+    CHECK(weft__stack_acquire(huge[i]) == NULL);
+    CHECK_EQ(errno, ENOMEM);
+  }
 }
 
 /* The layout of stack.h's diagram. */
