@@ -321,9 +321,11 @@ int weft_timer_rearm(weft_timer *t, int64_t delay);
 
 /* Suspends the calling task for `delay` ns (<= 0: it yields once),
  * measured, like every timer, from weft_loop_now(): the clock as read at
- * the start of this turn of the loop. Returns 0; -ECANCELED if the task was
- * cancelled; -ETIMEDOUT if a scope's deadline came first; -ENOMEM if its
- * timer could not be made; -EINVAL outside a task. */
+ * the start of this turn of the loop. A delay that reaches WEFT_NEVER
+ * sleeps until the task is cancelled, and arms no timer: with nothing else
+ * left to wake it, the deadlock rule cancels it. Returns 0; -ECANCELED if
+ * the task was cancelled; -ETIMEDOUT if a scope's deadline came first;
+ * -ENOMEM if its timer could not be made; -EINVAL outside a task. */
 int weft_sleep(int64_t delay);
 
 /* The loop's clock: weft_now() as read at the start of the current turn of
@@ -951,14 +953,16 @@ unsigned weft_executor_threads(const weft_loop *loop);
 struct addrinfo;
 
 /* getaddrinfo(3) run on the pool: the same arguments and the same list in
- * *res (res NULL: -EINVAL), to be freed with freeaddrinfo. The strings and hints are copied,
- * so they need live only for the call. Returns 0 or a negative errno:
- * getaddrinfo's errors are mapped (EAI_NONAME, EAI_NODATA, EAI_SERVICE,
- * EAI_ADDRFAMILY: -ENOENT; EAI_AGAIN: -EAGAIN; EAI_FAIL: -EIO; EAI_MEMORY:
- * -ENOMEM; EAI_FAMILY: -EAFNOSUPPORT; EAI_SOCKTYPE: -ESOCKTNOSUPPORT;
- * EAI_BADFLAGS: -EINVAL; EAI_SYSTEM: the errno). -ECANCELED, -ETIMEDOUT:
- * the lookup finishes on the pool and its list is freed. Outside a task it
- * calls getaddrinfo directly (nothing else would run meanwhile anyway). */
+ * *res (res NULL: -EINVAL), to be freed with freeaddrinfo. The strings and
+ * hints are copied, so they need live only for the call. Returns 0 or a
+ * negative errno: getaddrinfo's errors are mapped (EAI_NONAME, EAI_NODATA,
+ * EAI_SERVICE, EAI_ADDRFAMILY: -ENOENT; EAI_AGAIN: -EAGAIN; EAI_FAIL: -EIO;
+ * EAI_MEMORY: -ENOMEM; EAI_FAMILY: -EAFNOSUPPORT; EAI_SOCKTYPE:
+ * -ESOCKTNOSUPPORT; EAI_BADFLAGS: -EINVAL; EAI_SYSTEM: the errno); -ENOMEM and
+ * -EAGAIN also when the job itself could not be had (no memory, no worker
+ * thread). -ECANCELED, -ETIMEDOUT: the lookup finishes on the pool and its list
+ * is freed. Outside a task it calls getaddrinfo directly (nothing else would
+ * run meanwhile anyway). */
 int weft_getaddrinfo(const char *node, const char *service,
                      const struct addrinfo *hints, struct addrinfo **res);
 
@@ -969,9 +973,13 @@ int weft_getaddrinfo(const char *node, const char *service,
  * still happen. (On the io_uring backend they are requests on the ring,
  * into and out of `buf` itself: a cancelled call there waits until the
  * kernel is done with `buf`, which for a file is soon, and returns what
- * the request did if it completed.) open adds O_CLOEXEC. Each returns what the POSIX call
- * returns (an fd, a count, 0) or a negative errno; -ECANCELED, -ETIMEDOUT,
- * -EINVAL outside a task. A cancelled open closes the fd it got; a
+ * the request did if it completed; and an O_DIRECT buffer must then be
+ * aligned, as for pread: the pool's own buffer is.) open adds O_CLOEXEC.
+ * Each returns what the POSIX call returns (an fd, a count, 0) or a
+ * negative errno; -ECANCELED, -ETIMEDOUT, -EINVAL outside a task or with
+ * an offset < 0, -ESPIPE for a pipe or socket (as pread), -ENOMEM,
+ * -EAGAIN (no worker thread could be started). A cancelled open closes
+ * the fd it got; a
  * cancelled close still closes. The calls of a cancelled read or write
  * still run on the pool: weft_file_close of an fd with such calls in flight
  * returns at once (0, or -ECANCELED for a cancelled task) and closes the fd

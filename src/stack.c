@@ -51,9 +51,14 @@ int weft__stack_guard_mode(void) {
 }
 
 static size_t page(void) {
-  if (!page_size)
-    page_size = (size_t)sysconf(_SC_PAGESIZE);
-  return page_size;
+  /* Threads may ask first at once: each stores the same value, atomically
+   * (a plain store would be a data race, if a harmless one). */
+  size_t p = __atomic_load_n(&page_size, __ATOMIC_RELAXED);
+  if (!p) {
+    p = (size_t)sysconf(_SC_PAGESIZE);
+    __atomic_store_n(&page_size, p, __ATOMIC_RELAXED);
+  }
+  return p;
 }
 
 size_t weft__stack_round(size_t size) {

@@ -433,6 +433,11 @@ int weft_sleep(int64_t delay) {
   int64_t deadline = delay > WEFT_NEVER - weft__turn_now(loop)
                          ? WEFT_NEVER
                          : loop->now + delay;
+  /* Never: no timer, which could not fire and would keep the loop alive
+   * for ever; the task waits for its cancellation, and the deadlock rule
+   * sees that nothing else can wake it. */
+  if (deadline == WEFT_NEVER)
+    return weft__park(WAIT_TIMER, deadline, NULL, NULL);
   weft__timer_rec *r = weft__timer_arm(loop, deadline, wake_sleeper, t);
   if (!r)
     return -ENOMEM;

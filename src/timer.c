@@ -484,8 +484,9 @@ WEFT__HOT int64_t weft__timers_next(weft_loop *loop) {
 }
 
 WEFT__HOT void weft__timers_fire(weft_loop *loop) {
-  /* Re-read the heap every time: a callback may arm or cancel timers. */
-  while (loop->heap_len && loop->heap[0].deadline <= loop->now) {
+  /* Re-read the heap every time: a callback may arm or cancel timers, or
+   * stop the loop (as may a callback that ran before this). */
+  while (!loop->stop && loop->heap_len && loop->heap[0].deadline <= loop->now) {
     weft__heap_entry *h = loop->heap;
     uint32_t id = h[0].id;
     weft__timer_rec *r = rec_at(loop, id);
@@ -510,8 +511,6 @@ WEFT__HOT void weft__timers_fire(weft_loop *loop) {
     if (loop->heap_len == 0)
       sort_free_list(loop);
     cb(arg);
-    if (loop->stop)
-      break;
   }
 }
 

@@ -77,7 +77,38 @@ static int returns_first(void *arg) {
   return (int)I(arg);
 }
 
+/* Asleep for ever, with nothing else left: the deadlock rule cancels it
+ * (a timer at WEFT_NEVER once kept the loop alive for ever). */
+static int sleeps_forever(void *arg) {
+  (void)arg;
+  return weft_sleep(WEFT_NEVER);
+}
+
+/* A callback stops the loop: a timer due in the same turn waits for the
+ * next run (one such timer used to fire after the stop). */
+static int due_fired;
+static void stop_cb(void *loop) { weft_loop_stop(loop); }
+static void due_cb(void *arg) {
+  (void)arg;
+  due_fired++;
+}
+
+static void test_stop_before_timers(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  due_fired = 0;
+  CHECK_EQ(weft_call_soon(stop_cb, loop), 0);
+  CHECK(weft_call_at(weft_now() - WEFT_MS(1), due_cb, NULL));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(due_fired, 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_EQ(due_fired, 1);
+  weft_loop_free(loop);
+}
+
 static void test_main_value(void) {
+  test_stop_before_timers();
+  CHECK_EQ(weft_main(sleeps_forever, NULL), -ECANCELED);
   CHECK_EQ(weft_main(ret_arg, P(7)), 7);
   CHECK_EQ(weft_main(ret_arg, P(-3)), -3);
   CHECK_EQ(weft_main(ret_arg, P(0)), 0);
