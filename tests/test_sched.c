@@ -757,6 +757,7 @@ static void *sleeps_a_second(void *arg) {
   return NULL;
 }
 static void *stops_it(void *arg) {
+  CHECK_EQ(weft_yield(), 0); /* the sleeper has parked, in any order */
   weft_loop_stop(arg);
   return NULL;
 }

@@ -917,15 +917,21 @@ static weft_cond lf_c = WEFT_COND_INIT;
 static weft_sem lf_s = WEFT_SEM_INIT(0);
 static weft_event lf_e = WEFT_EVENT_INIT;
 
+static int lf_held, lf_parking;     /* (any order: WEFT_SEED shuffles) */
 static void *lf_holder(void *arg) { /* holds lf_m until dropped */
   (void)arg;
   CHECK_EQ(weft_mutex_lock(&lf_m), 0);
+  lf_held = 1;
   for (;;)
     CHECK_EQ(weft_yield(), 0);
   return NULL;
 }
 static void *lf_waiter(void *arg) {
-  switch ((int)(intptr_t)arg) {
+  int which = (int)(intptr_t)arg;
+  while (which == 0 && !lf_held)
+    CHECK_EQ(weft_yield(), 0);
+  lf_parking++;
+  switch (which) {
   case 0: weft_mutex_lock(&lf_m); break;
   case 1:
     CHECK_EQ(weft_mutex_lock(&lf_cm), 0);
@@ -938,7 +944,9 @@ static void *lf_waiter(void *arg) {
   return NULL;
 }
 static void *lf_stop(void *arg) {
-  CHECK_EQ(weft_yield(), 0);
+  while (lf_parking < 4)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_yield(), 0); /* the last of them has parked too */
   weft_loop_stop(arg);
   return NULL;
 }
