@@ -181,7 +181,9 @@ typedef struct weft_task_opts {
   const char *name;
   /* Stack size in bytes, rounded up to whole pages. 0: the loop's default. */
   size_t stack_size;
-  /* The loop to spawn into. NULL: weft_loop_current(). */
+  /* The loop to spawn into, one of this thread's (another thread's loop is
+   * EINVAL: reach it with weft_call_soon_threadsafe). NULL:
+   * weft_loop_current(). */
   weft_loop *loop;
 } weft_task_opts;
 
@@ -246,7 +248,8 @@ typedef struct weft_gen weft_gen;
 
 /* Creates a generator that will run fn(g, arg) on its own stack when first
  * sent to. stack_size 0 means 256 KiB. Returns NULL and sets errno (ENOMEM,
- * EINVAL if fn is NULL). A generator belongs to the thread that creates it. */
+ * EINVAL if fn is NULL). A generator belongs to the thread that creates
+ * it: send, throw, close and free from another thread are -EINVAL. */
 weft_gen *weft_gen_new(void *(*fn)(weft_gen *g, void *arg), void *arg,
                        size_t stack_size);
 
@@ -750,8 +753,10 @@ void weft_mutex_init(weft_mutex *m);
 
 /* Locks m, waiting while another task holds it. Unlocking hands the mutex
  * to the first waiter (FIFO: a task that arrives later cannot barge in).
- * Returns 0; -EDEADLK if the caller holds it already; -ECANCELED,
- * -ETIMEDOUT (not locked then); -EINVAL (NULL, outside a task). */
+ * A task that ends holding m leaves it locked, as a thread would (no later
+ * task is taken for its owner). Returns 0; -EDEADLK if the caller holds it
+ * already; -ECANCELED, -ETIMEDOUT (not locked then); -EINVAL (NULL,
+ * outside a task). */
 int weft_mutex_lock(weft_mutex *m);
 
 /* 0, or -EBUSY if held (by anyone, the caller included); -EINVAL. */

@@ -45,8 +45,17 @@ struct weft_gen {
   void **received;                 /* where the pending yield wants it */
   weft_gen *parent;                /* the generator running before it */
   uint64_t id;                     /* for the overflow message */
-  uint8_t state;                   /* GEN_* */
+  /* The thread it belongs to, as the address of that thread's
+   * weft__gen_running (one instruction to compare, where pthread_self is
+   * a call): any other thread is refused. */
+  weft_gen *const *home;
+  uint8_t state; /* GEN_* */
 };
+
+/* Not g's thread: refused, as misuse is (weft.h), changing nothing. */
+static inline int foreign(const weft_gen *g) {
+  return g->home != &weft__gen_running;
+}
 
 WEFT__TLS weft_gen *weft__gen_running;
 
@@ -96,6 +105,7 @@ weft_gen *weft_gen_new(void *(*fn)(weft_gen *, void *), void *arg,
   }
   g->fn = fn;
   g->arg = arg;
+  g->home = &weft__gen_running;
   g->id = weft__next_id();
   g->stack->region.owner_id = g->id;
   g->stack->region.is_gen = 1;
@@ -125,7 +135,7 @@ static inline int resume(weft_gen *g, void *in, int rc, void **out) {
 }
 
 int weft_gen_send(weft_gen *g, void *in, void **out) {
-  if (!g || g->state == GEN_DONE || g->state == GEN_RUNNING)
+  if (!g || g->state == GEN_DONE || g->state == GEN_RUNNING || foreign(g))
     return -EINVAL;
   return resume(g, in, 0, out);
 }
@@ -142,7 +152,8 @@ int weft_gen_yield(weft_gen *g, void *value, void **received) {
 }
 
 int weft_gen_throw(weft_gen *g, int err, void **out) {
-  if (!g || err <= 0 || g->state == GEN_DONE || g->state == GEN_RUNNING)
+  if (!g || err <= 0 || g->state == GEN_DONE || g->state == GEN_RUNNING ||
+      foreign(g))
     return -EINVAL;
   if (g->state == GEN_CREATED) {
     finish(g); /* nothing ran, so nothing can catch it */
@@ -154,7 +165,7 @@ int weft_gen_throw(weft_gen *g, int err, void **out) {
 }
 
 int weft_gen_close(weft_gen *g) {
-  if (!g || g->state == GEN_RUNNING)
+  if (!g || g->state == GEN_RUNNING || foreign(g))
     return -EINVAL;
   if (g->state != GEN_SUSPENDED) {
     finish(g);
@@ -175,7 +186,7 @@ int weft_gen_close(weft_gen *g) {
 int weft_gen_free(weft_gen *g) {
   if (!g)
     return 0;
-  if (g->state == GEN_RUNNING)
+  if (g->state == GEN_RUNNING || foreign(g))
     return -EINVAL;
   weft_gen_close(g);
   release_dead();

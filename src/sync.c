@@ -18,6 +18,7 @@ typedef struct waiter {
   weft_task *task;
   struct waiter *prev, *next;
   void **head, **tail; /* the queue it is in */
+  weft_task *self;     /* task's handle: what a mutex records as owner */
 } waiter;
 
 static void unlink_waiter(waiter *w) {
@@ -41,7 +42,7 @@ static void undo_wait(weft_task *t, void *arg) {
  * wake_first or wake_all; returns what park returns. */
 static int wait_in(weft_task *t, void **head, void **tail, int kind,
                    const void *what) {
-  waiter w = {t, *tail, NULL, head, tail};
+  waiter w = {t, *tail, NULL, head, tail, weft_self()};
   if (*tail)
     ((waiter *)*tail)->next = &w;
   else
@@ -61,7 +62,10 @@ static weft_task *wake_first(void **head, void **tail) {
   return w->task;
 }
 
-/* ---- mutex ------------------------------------------------------------ */
+/* ---- mutex ------------------------------------------------------------
+ * The owner is the task's handle, not its record: a task that ends holding
+ * the mutex leaves it held (as a thread would), and a later task on the
+ * recycled record, whose handle differs, does not find itself the owner. */
 void weft_mutex_init(weft_mutex *m) {
   if (m)
     *m = (weft_mutex)WEFT_MUTEX_INIT;
@@ -74,11 +78,12 @@ int weft_mutex_lock(weft_mutex *m) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
+  weft_task *self = weft_self();
   if (!m->priv_owner) {
-    m->priv_owner = t;
+    m->priv_owner = self;
     return 0;
   }
-  if (m->priv_owner == t)
+  if (m->priv_owner == self)
     return -EDEADLK;
   /* The unlocker makes us the owner before waking us. */
   return wait_in(t, &m->priv_head, &m->priv_tail, WAIT_MUTEX, m);
@@ -90,14 +95,14 @@ int weft_mutex_trylock(weft_mutex *m) {
     return -EINVAL;
   if (m->priv_owner)
     return -EBUSY;
-  m->priv_owner = t;
+  m->priv_owner = weft_self();
   return 0;
 }
 
 /* Hands m to its first waiter, or frees it. */
 static void release(weft_mutex *m) {
   waiter *w = m->priv_head;
-  m->priv_owner = w ? w->task : NULL;
+  m->priv_owner = w ? w->self : NULL;
   if (w)
     wake_first(&m->priv_head, &m->priv_tail);
 }
@@ -106,7 +111,7 @@ int weft_mutex_unlock(weft_mutex *m) {
   weft_task *t = weft__running_task();
   if (!m || !t)
     return -EINVAL;
-  if (m->priv_owner != t)
+  if (m->priv_owner != weft_self())
     return -EPERM;
   release(m);
   return 0;
@@ -122,7 +127,7 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
   weft_task *t = weft__running_task();
   if (!c || !m || !t)
     return -EINVAL;
-  if (m->priv_owner != t)
+  if (m->priv_owner != weft_self())
     return -EPERM;
   int rc = weft__checkpoint();
   if (rc < 0)

@@ -486,7 +486,9 @@ void weft__tasks_free(weft_loop *loop) {
 weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
                            const weft_task_opts *opts) {
   weft_loop *loop = opts && opts->loop ? opts->loop : weft_loop_current();
-  if (!fn || !loop) {
+  /* A loop is its thread's: another thread reaches it through
+   * weft_call_soon_threadsafe, never by spawning into it. */
+  if (!fn || !loop || !pthread_equal(loop->thread, pthread_self())) {
     errno = EINVAL;
     return NULL;
   }

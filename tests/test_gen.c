@@ -31,6 +31,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -849,6 +850,38 @@ static void *runs_loop(weft_gen *g, void *arg) {
   return P(5);
 }
 
+/* A generator is its thread's: another thread's send, throw, close and
+ * free are -EINVAL and change nothing. */
+static void *other_thread(void *g) {
+  void *out;
+  intptr_t bad = weft_gen_send(g, NULL, &out) == -EINVAL &&
+                 weft_gen_throw(g, EIO, &out) == -EINVAL &&
+                 weft_gen_close(g) == -EINVAL && weft_gen_free(g) == -EINVAL;
+  return (void *)bad;
+}
+static void *counts(weft_gen *g, void *arg) {
+  (void)arg;
+  for (intptr_t i = 0;; i++)
+    if (weft_gen_yield(g, P(i), NULL) < 0)
+      return NULL;
+}
+
+static void test_other_thread(void) {
+  weft_gen *g = weft_gen_new(counts, NULL, 0);
+  CHECK(g);
+  void *out = NULL;
+  CHECK_EQ(weft_gen_send(g, NULL, &out), 1);
+  CHECK_PTR_EQ(out, P(0));
+  pthread_t th;
+  void *all_refused = NULL;
+  CHECK_EQ(pthread_create(&th, NULL, other_thread, g), 0);
+  CHECK_EQ(pthread_join(th, &all_refused), 0);
+  CHECK_PTR_EQ(all_refused, P(1));
+  CHECK_EQ(weft_gen_send(g, NULL, &out), 1); /* as it was */
+  CHECK_PTR_EQ(out, P(1));
+  CHECK_EQ(weft_gen_free(g), 0);
+}
+
 static void test_dropped(void) {
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
@@ -887,6 +920,7 @@ int main(void) {
   test_in_tasks();
   test_nested_in_tasks();
   test_dropped();
+  test_other_thread();
   printf("ok\n");
   return 0;
 }

@@ -28,6 +28,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -106,7 +107,29 @@ static void test_stop_before_timers(void) {
   weft_loop_free(loop);
 }
 
+/* Spawning into another thread's loop is EINVAL (it was done, unlocked). */
+static void *noop_task(void *arg) { return arg; }
+static void *spawns_into(void *loop) {
+  weft_task_opts o = {.loop = loop};
+  errno = 0;
+  weft_task *t = weft_spawn_opts(noop_task, NULL, &o);
+  return (void *)(intptr_t)(t == NULL && errno == EINVAL);
+}
+
+static void test_spawn_other_thread(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  pthread_t th;
+  void *refused = NULL;
+  CHECK_EQ(pthread_create(&th, NULL, spawns_into, loop), 0);
+  CHECK_EQ(pthread_join(th, &refused), 0);
+  CHECK_PTR_EQ(refused, P(1));
+  CHECK_EQ(weft_loop_run(loop), 0); /* nothing was spawned */
+  weft_loop_free(loop);
+}
+
 static void test_main_value(void) {
+  test_spawn_other_thread();
   test_stop_before_timers();
   CHECK_EQ(weft_main(sleeps_forever, NULL), -ECANCELED);
   CHECK_EQ(weft_main(ret_arg, P(7)), 7);

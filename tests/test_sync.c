@@ -864,6 +864,33 @@ static void test_outside_task(void) {
   weft_loop_free(loop);
 }
 
+/* A task that ends holding a mutex leaves it held, and a task on its
+ * recycled record is not taken for the owner (it once was: its unlock
+ * returned 0, its lock -EDEADLK). */
+static weft_mutex ended_m = WEFT_MUTEX_INIT;
+static void *locks_and_ends(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_mutex_lock(&ended_m), 0);
+  return NULL;
+}
+static void *after_it(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_mutex_unlock(&ended_m), -EPERM);
+  CHECK_EQ(weft_mutex_trylock(&ended_m), -EBUSY);
+  return NULL;
+}
+
+static void test_ended_owner(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK_EQ(weft_go(locks_and_ends, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  for (int i = 0; i < 4; i++) /* the record comes back (LIFO) */
+    CHECK_EQ(weft_go(after_it, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
 /* A deadlock while a cond wait locks its mutex again: B holds m through
  * two shielded waits nobody will end; A waits on the condition. The first
  * deadlock cancels A's wait (A then waits for m) and B's first wait; the
@@ -999,6 +1026,7 @@ int main(void) {
   RUN(misuse_main);
   CHECK_SUBTEST(test_outside_task);
   CHECK_SUBTEST(test_cond_deadlock);
+  CHECK_SUBTEST(test_ended_owner);
   CHECK_SUBTEST(test_loop_freed);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {
