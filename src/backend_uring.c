@@ -988,9 +988,9 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
       KERNEL_WROTE(rx_buf(st, bid), (size_t)res);
       rx_push(st, r, bid, (uint32_t)res);
       queued = 1;
-    }
-    if (!queued)
+    } else {
       rx_recycle(st, bid);
+    }
   } else if (res == 0)
     r->eof = 1;
   else if (res == -ENOBUFS)
@@ -1140,14 +1140,13 @@ static void rx_close(weft_loop *loop, uring_state *st, int fd) {
   rx_stop(loop, st, r);
 }
 
-/* Whether rx_recv takes this input call: a stream socket's, with the
- * flags it knows, once multishot recv is set up. With the fault hook on
- * (tests), only a socket whose data already goes through it. */
-/* 1 if the multishot recv serves op; 0 if a request of its own does;
- * -ENOTSUP for a flag that would need the stream's next bytes while they
- * are the multishot request's (MSG_TRUNC...). Flags that change nothing
- * for a recv (MSG_NOSIGNAL, MSG_CMSG_CLOEXEC) are no reason to leave the
- * queue; MSG_OOB and MSG_ERRQUEUE read data that never enters it. */
+/* Whether rx_recv takes this input call, a stream socket's, once multishot
+ * recv is set up: 1 if it does; 0 if a request of its own does; -ENOTSUP
+ * for a flag that would need the stream's next bytes while they are the
+ * multishot request's (MSG_TRUNC...). Flags that change nothing for a recv
+ * (MSG_NOSIGNAL, MSG_CMSG_CLOEXEC) are no reason to leave the queue;
+ * MSG_OOB and MSG_ERRQUEUE read data that never enters it. With the fault
+ * hook on (tests), only a socket whose data already goes through it. */
 static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
   if ((e->flags & (FD_SOCKET | FD_STREAM)) != (FD_SOCKET | FD_STREAM))
     return 0;
@@ -1351,11 +1350,9 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
       e->flags |= FD_KNOWN | FD_UNPOLLABLE;
     else if (errno != ESPIPE)
       return -errno;
-    else if (op != FILE_FSYNC)
-      return -ESPIPE;
-  } else if (!(e->flags & FD_UNPOLLABLE) && op != FILE_FSYNC) {
-    return -ESPIPE;
   }
+  if (!(e->flags & FD_UNPOLLABLE) && op != FILE_FSYNC)
+    return -ESPIPE;
   uring_state *st = state(loop);
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   switch (op) {

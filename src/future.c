@@ -78,6 +78,10 @@ typedef struct future_chunk {
   void *mem; /* the allocation the chunk was aligned in */
 } future_chunk;
 
+static inline weft_future *chunk_records(future_chunk *c) {
+  return (weft_future *)((char *)c + 64);
+}
+
 static inline void future_init(weft_future *f) {
   f->refs = 1;
   f->state = PENDING;
@@ -102,7 +106,7 @@ static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
     c->next = loop->future_chunks;
     loop->future_chunks = c;
     loop->futures_free = futures_free;
-    weft_future *recs = (weft_future *)((char *)c + 64);
+    weft_future *recs = chunk_records(c);
     for (int i = FUTURE_CHUNK; i-- > 0;) {
       weft_future *f = &recs[i];
       f->waiters = NULL;
@@ -185,7 +189,7 @@ static void futures_free(weft_loop *loop) {
   while (loop->future_chunks) {
     future_chunk *c = loop->future_chunks;
     loop->future_chunks = c->next;
-    weft_future *recs = (weft_future *)((char *)c + 64);
+    weft_future *recs = chunk_records(c);
     for (int i = 0; i < FUTURE_CHUNK; i++)
       if (recs[i].cbs_last)
         free_callbacks(recs[i].cbs_last);

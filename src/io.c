@@ -123,19 +123,28 @@ weft__fd *weft__fd_entry_new(weft_loop *loop, int fd, int *rc) {
   return e;
 }
 
+/* The fd at this number is gone: its watch ends, the entry is cleared,
+ * and its generation moves on (a task woken for the old fd sees that:
+ * wait_on). The count of file calls still on the pool stays, for file.c
+ * to count down. */
+static void entry_wipe(weft_loop *loop, int fd, weft__fd *e) {
+  if (e->flags & FD_WATCHED)
+    loop->backend->unwatch(loop, fd, e, 1);
+  uint32_t jobs = e->file_jobs, gen = e->gen + 1;
+  memset(e, 0, sizeof *e);
+  e->file_jobs = jobs;
+  e->gen = gen;
+}
+
 weft__fd *weft__fd_fresh(weft_loop *loop, int fd) {
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e)
     return NULL;
   /* Whatever the table said of this number was about an fd closed behind
    * weft's back: start afresh. */
-  if (e->flags & FD_WATCHED)
-    loop->backend->unwatch(loop, fd, e, 1);
   if (loop->backend->forget)
     loop->backend->forget(loop, fd);
-  uint32_t gen = e->gen + 1;
-  memset(e, 0, sizeof *e);
-  e->gen = gen;
+  entry_wipe(loop, fd, e);
   return e;
 }
 
@@ -699,13 +708,7 @@ void weft__fd_forget(weft_loop *loop, int fd) {
     weft__waiter_unlink(loop, w);
     weft__wake(w->task, -EBADF);
   }
-  if (e->flags & FD_WATCHED)
-    loop->backend->unwatch(loop, fd, e, 1);
-  uint32_t jobs = e->file_jobs; /* still running: file.c counts them down */
-  uint32_t gen = e->gen + 1;
-  memset(e, 0, sizeof *e);
-  e->file_jobs = jobs;
-  e->gen = gen;
+  entry_wipe(loop, fd, e);
 }
 
 int weft_close(int fd) {

@@ -63,19 +63,9 @@ static void report(const weft__region *r) {
 static void on_segv(int sig, siginfo_t *si, void *uc) {
   const weft__region *r = weft__ctx_running();
   uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)r->lo;
-  /* Sent (kill, raise, sigqueue: si_code <= 0), not a fault: nothing runs
-   * again to fault anew, so the default action is taken here, and an
-   * ignored one is ignored, weft's handler staying in place. */
-  if (si->si_code <= 0 && !(previous_segv.sa_flags & SA_SIGINFO) &&
-      (previous_segv.sa_handler == SIG_DFL ||
-       previous_segv.sa_handler == SIG_IGN)) {
-    if (previous_segv.sa_handler == SIG_DFL) {
-      signal(SIGSEGV, SIG_DFL);
-      raise(SIGSEGV); /* blocked in here: delivered as the handler returns */
-    }
-    return;
-  }
-  if (si->si_code > 0 && r->guard && a < lo && a >= lo - r->guard) {
+  /* A signal sent (kill, raise, sigqueue) has si_code <= 0: not a fault. */
+  int sent = si->si_code <= 0;
+  if (!sent && r->guard && a < lo && a >= lo - r->guard) {
     report(r);
     signal(SIGABRT, SIG_DFL);
     abort();
@@ -83,13 +73,21 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
   /* Not ours: hand it on as if weft had never been there. */
   if (previous_segv.sa_flags & SA_SIGINFO) {
     previous_segv.sa_sigaction(sig, si, uc);
-  } else if (previous_segv.sa_handler == SIG_DFL ||
-             previous_segv.sa_handler == SIG_IGN) {
-    /* Returning re-runs the faulting instruction, which now kills the
-     * process the default way (with a core dump if enabled). An ignored
-     * SIGSEGV gets the same: the kernel kills a process that ignores a
-     * fault it cannot step over, and returning with SIG_IGN would loop. */
+  } else if (previous_segv.sa_handler == SIG_DFL) {
+    /* Returning re-runs a faulting instruction, which now kills the
+     * process the default way (with a core dump if enabled); a sent signal
+     * has nothing to re-run, so it is raised again (blocked in here, it
+     * lands as the handler returns). */
     signal(SIGSEGV, SIG_DFL);
+    if (sent)
+      raise(SIGSEGV);
+  } else if (previous_segv.sa_handler == SIG_IGN) {
+    /* An ignored fault kills all the same (the kernel does so to a process
+     * that ignores a fault it cannot step over, and returning with SIG_IGN
+     * would loop); an ignored sent signal is ignored, weft's handler
+     * staying in place. */
+    if (!sent)
+      signal(SIGSEGV, SIG_DFL);
   } else {
     previous_segv.sa_handler(sig);
   }

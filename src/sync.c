@@ -18,7 +18,6 @@ typedef struct waiter {
   weft_task *task;
   struct waiter *prev, *next;
   void **head, **tail; /* the queue it is in */
-  weft_task *self;     /* task's handle: what a mutex records as owner */
 } waiter;
 
 static void unlink_waiter(waiter *w) {
@@ -42,7 +41,7 @@ static void undo_wait(weft_task *t, void *arg) {
  * wake_first or wake_all; returns what park returns. */
 static int wait_in(weft_task *t, void **head, void **tail, int kind,
                    const void *what) {
-  waiter w = {t, *tail, NULL, head, tail, weft_self()};
+  waiter w = {t, *tail, NULL, head, tail};
   if (*tail)
     ((waiter *)*tail)->next = &w;
   else
@@ -102,7 +101,7 @@ int weft_mutex_trylock(weft_mutex *m) {
 /* Hands m to its first waiter, or frees it. */
 static void release(weft_mutex *m) {
   waiter *w = m->priv_head;
-  m->priv_owner = w ? w->self : NULL;
+  m->priv_owner = w ? weft__task_handle(w->task) : NULL;
   if (w)
     wake_first(&m->priv_head, &m->priv_tail);
 }
