@@ -96,8 +96,12 @@ demo: build
 	  echo "make demo: examples/demo.sh does not exist yet"; \
 	fi
 
+# Into a system directory as root (no DESTDIR), ldconfig updates ld.so's
+# cache, without which a program linked against libweft.so.0 there (in
+# /usr/local/lib, say) does not find it at run time.
 install: build
-	$(if $(DESTDIR),DESTDIR=$(DESTDIR) )$(CMAKE) --install build --prefix $(PREFIX)
+	DESTDIR='$(DESTDIR)' $(CMAKE) --install build --prefix '$(PREFIX)'
+	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 asan:
 	@$(DEPS) core

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <weft.h>
 
+#include "args.h"
+
 static void *printer(void *unused) {
   (void)unused;
   void *msg;
@@ -52,7 +54,8 @@ static int run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  long n = argc > 1 ? strtol(argv[1], NULL, 10) : 10000;
+  long n = argc > 1 ? arg_long("actors", "the count", argv[1], 0, 1000000000)
+                    : 10000;
   int rc = weft_main(run, (void *)(intptr_t)n);
   if (rc < 0) {
     fprintf(stderr, "actors: %s\n", weft_strerror(rc));

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <weft.h>
 
+#include "args.h"
+
 static double scale = 1.0;
 
 static void *stalled_read(void *arg) {
@@ -68,15 +70,11 @@ static int demo_cancel_io(void *unused) {
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
-      scale = atof(argv[++i]);
+      scale = arg_scale("cancel", argv[++i]);
     } else {
       fprintf(stderr, "usage: %s [--scale F]\n", argv[0]);
       return 2;
     }
-  }
-  if (!(scale > 0)) {
-    fprintf(stderr, "cancel: --scale wants a number above 0\n");
-    return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   return weft_main(demo_cancel_io, NULL);

@@ -15,6 +15,8 @@ run() {
 run hello      "the README's example: two tasks, joined"
 run countdown  "seed 000's TaskScheduler: three tasks taking turns"
 run generators "seed 000's generators: send, throw, close, yield from"
+run threads    "seed 003's first listing: countdown and countup on two threads (the pool's), 10x faster" \
+               --scale 0.1
 run sleepers   "seed 003's countdown(5) and countup(20) on the timer heap, 10x faster" \
                --scale 0.1
 run tornado_style "seed 002's tornado coroutines: futures, weft_async, a sleep future, 10x faster" \

@@ -22,6 +22,8 @@
 #include <sys/socket.h>
 #include <weft.h>
 
+#include "args.h"
+
 static const char *host = "";
 static int port = 30000, clients = 0, closed = 0, listener = -1;
 
@@ -72,9 +74,9 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--host") == 0 && i + 1 < argc)
       host = argv[++i];
     else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
-      port = atoi(argv[++i]);
+      port = (int)arg_long("echo_raw", "--port", argv[++i], 0, 65535);
     else if (strcmp(argv[i], "--clients") == 0 && i + 1 < argc)
-      clients = atoi(argv[++i]);
+      clients = (int)arg_long("echo_raw", "--clients", argv[++i], 0, 1000000);
     else {
       fprintf(stderr, "usage: %s [--host H] [--port N] [--clients N]\n",
               argv[0]);

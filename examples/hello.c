@@ -11,6 +11,7 @@ static void *worker(void *arg) {
 }
 
 static int run(void *unused) {
+  (void)unused;
   weft_task *a = weft_spawn(worker, "a"), *b = weft_spawn(worker, "b");
   void *ra, *rb;
   if (weft_join(a, &ra) < 0 || weft_join(b, &rb) < 0)

@@ -15,6 +15,8 @@
 #include <string.h>
 #include <weft.h>
 
+#include "args.h"
+
 static double scale = 1.0;
 static int64_t start; /* the loop's clock when the tasks began */
 
@@ -57,15 +59,11 @@ static int run(void *unused) {
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
-      scale = atof(argv[++i]);
+      scale = arg_scale("sleepers", argv[++i]);
     } else {
       fprintf(stderr, "usage: %s [--scale F]\n", argv[0]);
       return 2;
     }
-  }
-  if (!(scale > 0)) {
-    fprintf(stderr, "sleepers: --scale wants a number above 0\n");
-    return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   return weft_main(run, NULL);

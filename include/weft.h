@@ -23,7 +23,7 @@
 #ifndef WEFT_H
 #define WEFT_H
 
-#include <signal.h> /* sigset_t */
+#include <signal.h> /* sigset_t (POSIX: see weft_signal_wait) */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,8 +74,8 @@ const char *weft_err_name(int err);
 /* Time                                                                      */
 
 #define WEFT_NEVER  INT64_MAX
-#define WEFT_MS(x)  ((int64_t)(x)*1000000LL)
-#define WEFT_SEC(x) ((int64_t)(x)*1000000000LL)
+#define WEFT_MS(x)  ((int64_t)(x) * (int64_t)1000000)
+#define WEFT_SEC(x) ((int64_t)(x) * (int64_t)1000000000)
 
 /* Nanoseconds on the monotonic clock (CLOCK_MONOTONIC). */
 int64_t weft_now(void);
@@ -134,7 +134,9 @@ weft_loop *weft_loop_new(const weft_config *cfg);
  *                 a deadlock prints the dump before cancelling.
  *   WEFT_SEED=n   (read by weft_loop_new) tasks ready at the same moment
  *                 run in an order shuffled by a PRNG seeded with n.
- *   WEFT_BACKEND  (weft_loop_new) the backend, if the config names none. */
+ *   WEFT_BACKEND  (weft_loop_new) the backend, if the config names none.
+ *   WEFT_URING_PBUF=1  (weft_loop_new, io_uring) sockets read through
+ *                 multishot recv into provided buffers (docs/io.md). */
 
 /* Runs the loop until no task, callback, timer or wait is left, or until
  * weft_loop_stop. Must be called on the thread that created the loop, and
@@ -163,7 +165,8 @@ weft_loop *weft_loop_current(void);
 /* Makes a loop on this thread, runs fn(arg) as its first task, runs until
  * every task has finished and returns fn's value. A loop whose remaining
  * tasks can never wake is deadlocked: they are cancelled (their blocking
- * calls return -ECANCELED) and the loop runs on until they finish. With the
+ * calls return -ECANCELED, inside a shielded scope too, since nothing else
+ * could wake them) and the loop runs on until they finish. With the
  * environment variable WEFT_DEBUG=1 the task dump is printed first.
  * weft_loop_stop(weft_loop_current()) ends it early: the tasks left are
  * dropped, as weft_loop_free drops them. Returns fn's value, or a negative
@@ -264,7 +267,8 @@ int weft_gen_send(weft_gen *g, void *in, void **out);
  * stores in *received (if non-NULL) what the next send passes in; or -err
  * when the caller throws err in; or -ECANCELED when the caller closes g, in
  * which case g must return without yielding again. -EINVAL if the caller is
- * not running inside g. */
+ * not running inside g, or is inside a scope (weft_scope_enter) that g's
+ * body entered and has not left: it does not yield then. */
 int weft_gen_yield(weft_gen *g, void *value, void **received);
 
 /* Makes g's pending yield return -err (`err` is a positive errno value), then
@@ -303,8 +307,10 @@ int weft_call_soon(void (*cb)(void *), void *arg);
  * they were set. The handle stays valid until the timer fires or is
  * cancelled; using it after that is safe (until the loop is freed: the
  * handle points into the loop's memory) and weft_timer_cancel then
- * returns -ENOENT. Returns NULL and sets errno (EINVAL: cb NULL or no
- * loop; ENOMEM). */
+ * returns -ENOENT. A timer whose deadline reaches WEFT_NEVER never fires,
+ * and does not keep weft_loop_run from returning (nor the deadlock rule
+ * from acting) until it is moved. Returns NULL and sets errno (EINVAL: cb
+ * NULL or no loop; ENOMEM). */
 weft_timer *weft_call_later(int64_t delay, void (*cb)(void *), void *arg);
 
 /* weft_call_later with an absolute deadline on the weft_now() clock. */
@@ -376,7 +382,8 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
  * tasks still waiting on it with -EBADF and forgets the fd; a task already
  * woken for it but not yet resumed gets -EBADF too, whatever file takes
  * the number next. A number that names no open fd is -EBADF. All of these
- * must be called from a task (else -EINVAL).
+ * but weft_close must be called from a task (else -EINVAL); weft_close
+ * works anywhere.
  */
 
 #define WEFT_READ  1 /* readable (or end of file, or an error pending) */
@@ -475,7 +482,10 @@ typedef struct weft_stream weft_stream;
 
 /* Wraps fd; the stream owns it from now on (weft_stream_close closes it).
  * bufsize 0 means 64 KiB; each direction has a buffer of that size. Returns
- * NULL and sets errno (ENOMEM; EINVAL if fd < 0). */
+ * NULL and sets errno (ENOMEM; EINVAL if fd < 0).
+ * One task may read while another writes. A read call (readline, read,
+ * read_exact) while another task's is in progress returns -EBUSY, and so
+ * does a write or flush while another task's write or flush is. */
 weft_stream *weft_stream_new(int fd, size_t bufsize);
 
 /* Reads one line, up to and including its '\n', into buf and NUL-terminates
@@ -512,7 +522,10 @@ int weft_stream_flush(weft_stream *s);
 int weft_stream_fd(const weft_stream *s);
 
 /* Flushes, closes the fd and frees the stream (all of them, even if the
- * flush fails). Returns 0 or the first error. NULL is ignored. */
+ * flush fails). Returns 0 or the first error. NULL is ignored. Calls of
+ * other tasks waiting on s end with -EBADF (a write in flight: close does
+ * not flush, and what was queued is dropped) and s is freed once they have
+ * returned; a call made while the close flushes gets -EBADF too. */
 int weft_stream_close(weft_stream *s);
 
 /* ------------------------------------------------------------------------ */
@@ -597,7 +610,10 @@ weft_future *weft_async(void *(*fn)(void *), void *arg);
  *
  * The struct lives on the caller's stack, between weft_scope_enter and
  * weft_scope_exit, which must pair up in the same task, innermost first.
- * Its fields are private.
+ * In a generator's body they pair up in the body, between two yields:
+ * weft_gen_yield refuses to yield inside the body's scope, the body cannot
+ * leave its caller's scope (-EINVAL), and a body that returns inside its
+ * scope aborts the program, as a task does. Its fields are private.
  */
 typedef struct weft_scope {
   struct weft_scope *priv_outer;
@@ -687,7 +703,8 @@ weft_chan *weft_chan_new(size_t elem_size, size_t capacity);
 /* Sends a copy of *elem: waits for room (buffered) or for a receiver
  * (unbuffered). Returns 0; -EPIPE if the channel is closed (before or
  * while waiting: the element was not sent); -ECANCELED, -ETIMEDOUT;
- * -EINVAL (NULL, or not a task of the channel's loop when it must wait). */
+ * -EINVAL (NULL; outside a task when it would have to wait; a task of
+ * another loop, even when it could be done at once). */
 int weft_chan_send(weft_chan *c, const void *elem);
 
 /* Receives into *elem: waits for an element. Returns 0; -EPIPE once the
@@ -695,7 +712,7 @@ int weft_chan_send(weft_chan *c, const void *elem);
 int weft_chan_recv(weft_chan *c, void *elem);
 
 /* The same without waiting: -EAGAIN where they would wait. They may be
- * called outside a task. */
+ * called outside a task (but not from a task of another loop: -EINVAL). */
 int weft_chan_try_send(weft_chan *c, const void *elem);
 int weft_chan_try_recv(weft_chan *c, void *elem);
 
@@ -1007,7 +1024,13 @@ int weft_file_close(int fd);
  * pool's workers block every signal. 0; -ECANCELED, -ETIMEDOUT; -EINVAL
  * (outside a task, set NULL or empty of catchable signals); -ENOSYS
  * without signalfd. */
+#if !defined(__STRICT_ANSI__) || defined(_POSIX_C_SOURCE) ||                   \
+    defined(_XOPEN_SOURCE) || defined(_GNU_SOURCE) ||                          \
+    defined(_DEFAULT_SOURCE) || defined(_BSD_SOURCE)
+/* (Declared where <signal.h> has sigset_t: a strict -std=c11 build has it
+ * only with _POSIX_C_SOURCE, which the rest of weft.h does not need.) */
 int weft_signal_wait(const sigset_t *set, int *signo);
+#endif
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

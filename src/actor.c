@@ -45,12 +45,19 @@ typedef struct sender {
 
 /*
  * The mailbox ring: `cap` slots (a power of two, or 0 before the first
- * message), `len` messages from `head` on, wrapping:
+ * message), `len` messages from `head` on, wrapping. Each message has the
+ * number of its send among all the loop's (the seed's single FIFO, which
+ * weft_actor_recv follows):
  *
  *     ring: [ m3 | m4 |    |    |    | m0 | m1 | m2 ]
  *                       ^              ^
  *                       head+len       head          (all mod cap)
  */
+typedef struct mail {
+  void *msg;
+  uint64_t seq; /* the loop's count of sends when it was queued */
+} mail;
+
 struct weft_actor {
   weft_loop *loop;       /* the loop it belongs to */
   char *name;            /* owned copy; NULL: anonymous (not registered) */
@@ -59,7 +66,7 @@ struct weft_actor {
   weft_actor *all;       /* next of every record the loop has (to free) */
   weft_task *task;       /* the task's handle while it runs, else NULL */
   weft_task *rec;        /* ... and its record */
-  void **ring;           /* the mailbox (see above) */
+  mail *ring;            /* the mailbox (see above) */
   size_t head, len, cap; /* its first message, how many, slots */
   size_t bound;          /* most messages queued (0: no bound) */
   sender *senders;       /* waiting for room, first come first ... */
@@ -78,6 +85,7 @@ typedef struct registry {
   size_t count;         /* named actors registered */
   weft_actor *free;     /* recycled records */
   weft_actor *all;      /* every record, live or free */
+  uint64_t sends;       /* messages queued so far, in all mailboxes */
 } registry;
 
 #define BUCKETS_MIN 16
@@ -226,7 +234,7 @@ static void record_free(registry *r, weft_actor *a) {
 /* Moves the messages into a ring of `cap` slots (cap >= len, a power of
  * two), in order from slot 0. */
 static int ring_resize(weft_actor *a, size_t cap) {
-  void **ring = weft__malloc(cap * sizeof *ring);
+  mail *ring = weft__malloc(cap * sizeof *ring);
   if (!ring)
     return -ENOMEM;
   for (size_t i = 0; i < a->len; i++)
@@ -238,21 +246,27 @@ static int ring_resize(weft_actor *a, size_t cap) {
   return 0;
 }
 
+/* The mail a message becomes, numbered. */
+static mail stamp(const weft_actor *a, void *msg) {
+  registry *r = a->loop->actors;
+  return (mail){msg, ++r->sends};
+}
+
 static int ring_push(weft_actor *a, void *msg) {
   if (a->len == a->cap) {
-    if (a->cap > SIZE_MAX / 2 / sizeof(void *))
+    if (a->cap > SIZE_MAX / 2 / sizeof(mail))
       return -ENOMEM;
     int rc = ring_resize(a, a->cap ? a->cap * 2 : RING_MIN);
     if (rc < 0)
       return rc;
   }
-  a->ring[(a->head + a->len) & (a->cap - 1)] = msg;
+  a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, msg);
   a->len++;
   return 0;
 }
 
 static void *ring_take(weft_actor *a) {
-  void *msg = a->ring[a->head];
+  void *msg = a->ring[a->head].msg;
   a->head = (a->head + 1) & (a->cap - 1);
   a->len--;
   return msg;
@@ -473,13 +487,25 @@ static void *take(weft_actor *a) {
     else
       a->senders_tail = NULL;
     /* The slot just freed: cannot fail. */
-    a->ring[(a->head + a->len) & (a->cap - 1)] = s->msg;
+    a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, s->msg);
     a->len++;
     weft__wake(s->task, 0);
   } else {
     ring_maybe_shrink(a);
   }
   return msg;
+}
+
+/* The fairness rule, for an actor with a message waiting and the task
+ * `next` first in line to run: it yields to it, unless `next` is an actor
+ * whose own oldest message was sent after this one's. Actors so handle
+ * messages in the order they were sent, as the seed's single FIFO of
+ * (actor, message) pairs does, and an actor whose mailbox is never empty
+ * (one that sends to itself) cannot keep the CPU, nor let the mailboxes
+ * of the actors it feeds grow without end. */
+static int yields_to(const weft_actor *a, const weft_task *next) {
+  const weft_actor *b = next->on_exit == actor_exit ? next->on_exit_arg : NULL;
+  return !b || !b->len || b->ring[b->head].seq < a->ring[a->head].seq;
 }
 
 int weft_actor_recv(void **msg) {
@@ -490,11 +516,8 @@ int weft_actor_recv(void **msg) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  /* The fairness rule: with a message waiting and other tasks ready, they
-   * run first. Without it an actor whose mailbox is never empty (one that
-   * sends to itself) would keep the CPU, and the mailboxes of the actors
-   * it feeds would grow without end. */
-  if (a->len && t->loop->ready_head && (rc = weft_yield()) < 0)
+  if (a->len && t->loop->ready_head && yields_to(a, t->loop->ready_head) &&
+      (rc = weft_yield()) < 0)
     return rc;
   while (!a->len) {
     a->receiving = 1;

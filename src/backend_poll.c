@@ -13,8 +13,8 @@
 typedef struct poll_state {
   struct pollfd *pfds; /* the fds being waited on */
   size_t len, cap;
-  struct pollfd *fired; /* a copy of those that fired, dispatched after */
-  size_t fired_cap;
+  struct pollfd *fired; /* a copy of those that fired, dispatched after
+                         * (cap entries too) */
 } poll_state;
 
 static int poll_init(weft_loop *loop) {
@@ -49,11 +49,16 @@ static int poll_watch(weft_loop *loop, int fd, weft__fd *e) {
     return 0;
   }
   if (st->len == st->cap) {
+    /* fired grows with pfds, so that poll_poll never allocates: a failure
+     * here goes back to the task that would wait. */
     size_t cap = st->cap ? st->cap * 2 : 64;
     struct pollfd *v = weft__realloc(st->pfds, cap * sizeof *v);
     if (!v)
       return -ENOMEM;
     st->pfds = v;
+    if (!(v = weft__realloc(st->fired, cap * sizeof *v)))
+      return -ENOMEM;
+    st->fired = v;
     st->cap = cap;
   }
   st->pfds[st->len] = (struct pollfd){fd, poll_events(e->wanted), 0};
@@ -88,14 +93,8 @@ static WEFT__HOT int poll_poll(weft_loop *loop, int64_t timeout) {
     return errno == EINTR ? 0 : -errno;
   if (n == 0)
     return 0;
-  /* Waking a task changes the array (its slot goes): copy first. */
-  if ((size_t)n > st->fired_cap) {
-    struct pollfd *v = weft__realloc(st->fired, (size_t)n * sizeof *v);
-    if (!v)
-      return -ENOMEM;
-    st->fired = v;
-    st->fired_cap = (size_t)n;
-  }
+  /* Waking a task changes the array (its slot goes): copy first, into
+   * fired, which is as large as pfds. */
   size_t k = 0;
   for (size_t i = 0; i < st->len && k < (size_t)n; i++)
     if (st->pfds[i].revents)

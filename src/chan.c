@@ -248,14 +248,20 @@ CHAN_ENTRY int weft_chan_recv(weft_chan *c, void *elem) {
   return chan_op(c, elem, WEFT_RECV);
 }
 
+/* A task of another loop is refused here too, as by send and recv. */
+static int foreign(const weft_chan *c) {
+  weft_task *t = weft__running_task();
+  return t && t->loop != c->loop;
+}
+
 CHAN_ENTRY int weft_chan_try_send(weft_chan *c, const void *elem) {
-  if (!c || !elem)
+  if (!c || !elem || foreign(c))
     return -EINVAL;
   return send_now(c, elem);
 }
 
 CHAN_ENTRY int weft_chan_try_recv(weft_chan *c, void *elem) {
-  if (!c || !elem)
+  if (!c || !elem || foreign(c))
     return -EINVAL;
   return recv_now(c, elem);
 }
@@ -302,6 +308,17 @@ static int one_in(weft_loop *loop, size_t k) {
     return 1;
   uint32_t r = (uint32_t)(next_random(loop) >> 32);
   return (((uint64_t)r * k) >> 32) == 0;
+}
+
+/* A select's array of waiters, when it is not on the stack. */
+typedef struct {
+  weft__held h;
+  cwaiter *w;
+} held_array;
+
+static void drop_array(weft_loop *loop, weft__held *h) {
+  (void)loop;
+  weft__free(((held_array *)h)->w);
 }
 
 static void undo_select(weft_task *t, void *arg) {
@@ -366,8 +383,13 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
     if (cases[i].chan)
       q_push(cases[i].chan, &w[i]);
   }
-  int rc = weft__park(WAIT_SELECT, (int64_t)n, undo_select, &sel);
+  held_array held = {.w = w};
   if (w != stack_w)
+    weft__hold(&held.h, drop_array); /* freed by the loop if t is dropped */
+  int rc = weft__park(WAIT_SELECT, (int64_t)n, undo_select, &sel);
+  if (w != stack_w) {
+    weft__unhold(&held.h);
     weft__free(w);
+  }
   return rc < 0 ? rc : (int)sel.fired;
 }

@@ -1,7 +1,9 @@
 /*
  * Layer 5: files. A regular file is always "ready" to epoll and poll, and a
  * read of a cold page blocks the thread in the kernel, so the calls run on
- * the executor's pool (the io_uring backend will put them on its ring).
+ * the executor's pool; on io_uring, read, write, fsync and close are ring
+ * requests (native(), through loop->backend->file), and only the open
+ * goes to the pool.
  *
  * Each call is one job whose record carries what the call needs: the path
  * of an open, a buffer for the data of a read or a write. A read lands in

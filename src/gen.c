@@ -16,6 +16,8 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* ---- ids --------------------------------------------------------------
  * Process-unique, for generators and tasks (task.c) alike, taken from a
@@ -49,8 +51,11 @@ struct weft_gen {
    * weft__gen_running (one instruction to compare, where pthread_self is
    * a call): any other thread is refused. */
   weft_gen *const *home;
-  uint8_t state; /* GEN_* */
+  uint32_t scopes; /* entered by its body and not left (scope.c) */
+  uint8_t state;   /* GEN_* */
 };
+
+uint32_t *weft__gen_scopes(weft_gen *g) { return &g->scopes; }
 
 /* Not g's thread: refused, as misuse is (weft.h), changing nothing. */
 static inline int foreign(const weft_gen *g) {
@@ -76,6 +81,15 @@ static void gen_entry(void *unused) {
   weft__ctx_started(&g->ctx);
   release_dead();
   void *r = g->fn(g, g->arg);
+  /* A scope still entered lives in a frame that is gone, and the task
+   * would go on inside it: a bug in the program, caught here. */
+  if (g->scopes) {
+    fprintf(stderr,
+            "weft: generator %llu returned inside a scope (weft_scope_exit "
+            "missing)\n",
+            (unsigned long long)g->id);
+    abort();
+  }
   if (g->out)
     *g->out = r;
   g->state = GEN_DONE;
@@ -141,7 +155,7 @@ int weft_gen_send(weft_gen *g, void *in, void **out) {
 }
 
 int weft_gen_yield(weft_gen *g, void *value, void **received) {
-  if (!g || g != weft__gen_running || g->state != GEN_RUNNING)
+  if (!g || g != weft__gen_running || g->state != GEN_RUNNING || g->scopes)
     return -EINVAL;
   if (g->out)
     *g->out = value;

@@ -53,6 +53,15 @@ enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
  * the task and the argument given to weft__park, before the task wakes. */
 typedef void (*weft__undo_fn)(weft_task *t, void *arg);
 
+/* Something a task holds across a wait that only its own code would give
+ * back (a socket it is connecting, a select's array of waiters): if the
+ * loop is freed with the task parked, weft__tasks_unpark drops it. */
+typedef struct weft__held weft__held;
+struct weft__held {
+  weft__held *next, *prev;
+  void (*drop)(weft_loop *loop, weft__held *h);
+};
+
 /* What a parked task waits on, for weft_dump; the park's `detail` says
  * which one (an fd number, a deadline, an address, a task id). */
 enum {
@@ -228,6 +237,7 @@ struct weft_loop {
   void (*actors_free)(weft_loop *loop);  /* actor.c: the registry */
   void (*groups_free)(weft_loop *loop);  /* group.c: the loop's groups */
   struct weft_group *groups;             /* every group of the loop (group.c) */
+  weft__held *held;                      /* held across waits (task.c) */
 
   /* I/O (io.c and the backend). */
   const weft__backend *backend;
@@ -252,6 +262,10 @@ extern WEFT__TLS weft_gen *weft__gen_running;
  * stack goes back to the pool, frames abandoned; the records stay for the
  * program's weft_gen_free. gen.c. */
 void weft__gen_abandon(weft_gen *g);
+
+/* The count of scopes g's body has entered and not left (scope.c keeps
+ * it): g may not yield or return inside one. gen.c. */
+uint32_t *weft__gen_scopes(weft_gen *g);
 
 /* The loop running on this thread, or NULL outside weft_loop_run. */
 extern WEFT__TLS weft_loop *weft__loop_running;
@@ -297,6 +311,18 @@ void weft__cancel_parked(weft_loop *loop);
 
 /* Frees every record and stack of the loop's tasks (task.c). */
 void weft__tasks_unpark(weft_loop *loop); /* weft_loop_free: out of queues */
+
+/* h is held by the running task until weft__unhold (task.c). */
+void weft__hold(weft__held *h, void (*drop)(weft_loop *, weft__held *));
+void weft__unhold(weft__held *h);
+
+/* The same for an fd: the loop closes it if the task is dropped (io.c,
+ * for net.c connecting and signal.c waiting). */
+typedef struct {
+  weft__held h;
+  int fd;
+} weft__held_fd;
+void weft__hold_fd(weft__held_fd *h, int fd);
 void weft__tasks_free(weft_loop *loop);
 
 /* Reads WEFT_SEED into the loop's generators (task.c). */

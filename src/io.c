@@ -711,6 +711,17 @@ void weft__fd_forget(weft_loop *loop, int fd) {
   entry_wipe(loop, fd, e);
 }
 
+static void drop_fd(weft_loop *loop, weft__held *h) {
+  int fd = ((weft__held_fd *)h)->fd;
+  weft__fd_forget(loop, fd);
+  close(fd);
+}
+
+void weft__hold_fd(weft__held_fd *h, int fd) {
+  h->fd = fd;
+  weft__hold(&h->h, drop_fd);
+}
+
 int weft_close(int fd) {
   if (fd < 0)
     return -EBADF;

@@ -491,7 +491,7 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
     }
     /* Re-read everything: the callbacks and tasks just run may have armed
      * timers, queued callbacks, woken tasks or closed fds. */
-    int64_t timeout;
+    int64_t timeout, next;
     if (loop->ready_head || loop->cb_len ||
         __atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE) ||
         __atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED)) {
@@ -503,9 +503,11 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
           ++loop->busy_turns < WEFT__BUSY_POLL)
         continue;
       timeout = 0;
-    } else if (loop->heap_len) {
-      int64_t next = weft__timers_next(loop), now = weft_now();
-      timeout = next <= now ? 0 : next == WEFT_NEVER ? -1 : next - now;
+    } else if (loop->heap_len &&
+               (next = weft__timers_next(loop)) != WEFT_NEVER) {
+      /* (Timers at WEFT_NEVER never fire: they count as none.) */
+      int64_t now = weft_now();
+      timeout = next <= now ? 0 : next - now;
       if (loop->vclock && timeout > 0) {
         /* Autojump: look at I/O without waiting; if nothing came, the
          * next deadline is now. */

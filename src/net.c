@@ -129,17 +129,26 @@ int weft_tcp_listen(const char *host, int port, int backlog) {
                    backlog < 0 ? 0 : backlog);
 }
 
-static int connect_ready(int fd, const struct sockaddr *addr, socklen_t len,
-                         int unused) {
-  (void)unused;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+/* Connects fd, a socket of ours: fd, or a negative errno (fd closed). A
+ * loop freed while the connect waits closes fd. */
+static int connect_own(int fd, const struct sockaddr *addr, socklen_t len) {
+  weft__held_fd h;
+  weft__hold_fd(&h, fd);
   int rc = weft_connect(fd, addr, len);
+  weft__unhold(&h.h);
   if (rc < 0) {
     weft_close(fd);
     return rc;
   }
   return fd;
+}
+
+static int connect_ready(int fd, const struct sockaddr *addr, socklen_t len,
+                         int unused) {
+  (void)unused;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return connect_own(fd, addr, len);
 }
 
 int weft_tcp_connect(const char *host, int port) {
@@ -188,14 +197,7 @@ int weft_unix_connect(const char *path) {
   struct sockaddr_un un;
   socklen_t len;
   int fd = unix_socket(path, &un, &len);
-  if (fd < 0)
-    return fd;
-  int rc = weft_connect(fd, (struct sockaddr *)&un, len);
-  if (rc < 0) {
-    weft_close(fd);
-    return rc;
-  }
-  return fd;
+  return fd < 0 ? fd : connect_own(fd, (struct sockaddr *)&un, len);
 }
 
 int weft_sock_port(int fd) {

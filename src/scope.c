@@ -84,6 +84,8 @@ void weft_scope_enter(weft_scope *s, int64_t deadline) {
   s->priv_task = t;
   s->priv_flags = SCOPE_ENTERED;
   t->scope = s;
+  if (weft__gen_running) /* the body of a generator: it must leave s first */
+    (*weft__gen_scopes(weft__gen_running))++;
 }
 
 int weft_scope_exit(weft_scope *s) {
@@ -91,6 +93,14 @@ int weft_scope_exit(weft_scope *s) {
   if (!s || !t || !(s->priv_flags & SCOPE_ENTERED) || s->priv_task != t ||
       t->scope != s)
     return -EINVAL;
+  /* Inside a generator's body, the innermost scope is the body's own if it
+   * has entered any (it cannot yield inside one), else its caller's. */
+  uint32_t *body =
+      weft__gen_running ? weft__gen_scopes(weft__gen_running) : NULL;
+  if (body && !*body)
+    return -EINVAL;
+  if (body)
+    (*body)--;
   if (s->priv_timer) {
     weft__timer_disarm(s->priv_timer);
     s->priv_timer = NULL;

@@ -48,7 +48,10 @@ int weft_signal_wait(const sigset_t *set, int *signo) {
     return -ENOMEM;
   }
   struct signalfd_siginfo si;
+  weft__held_fd h; /* closed by the loop if this task is dropped */
+  weft__hold_fd(&h, fd);
   ssize_t n = weft_read(fd, &si, sizeof si);
+  weft__unhold(&h.h);
   weft_close(fd);
   if (n < 0)
     return (int)n;

@@ -14,6 +14,11 @@
  * The reads that wait (readline, read_exact up to cap bytes) take bytes
  * out of rbuf only once they have all they need: an error or a
  * cancellation while waiting consumes nothing.
+ *
+ * One task reads and one writes at a time: a second one gets -EBUSY
+ * instead of sharing a buffer with a call in flight. A close while a call
+ * waits closes the fd (the call returns -EBADF) and leaves the freeing to
+ * the last call out.
  */
 #include "internal.h"
 
@@ -25,6 +30,10 @@
 struct weft_stream {
   int fd;         /* owned: weft_stream_close closes it */
   int discarding; /* skipping the rest of a line that was too long */
+  uint8_t reading; /* a read call is in progress */
+  uint8_t writing; /* a write or flush is in progress */
+  uint8_t closing; /* weft_stream_close is in progress */
+  uint8_t closed;  /* a close has begun: the last call out frees */
   size_t cap;     /* size of each buffer */
   size_t rpos;    /* first unread byte of rbuf */
   size_t rlen;    /* end of the bytes read into rbuf */
@@ -109,9 +118,7 @@ static void drop(weft_stream *s, size_t n) {
     s->rpos = s->rlen = s->scanned = 0;
 }
 
-ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
-  if (!s || !buf || max == 0)
-    return -EINVAL;
+static ssize_t readline_in(weft_stream *s, char *buf, size_t max) {
   /* The longest line (with its '\n') that can be returned: it must fit in
    * buf with its NUL, and in rbuf, which never grows. */
   size_t limit = max - 1 < s->cap ? max - 1 : s->cap;
@@ -177,9 +184,7 @@ static ssize_t skip_rest(weft_stream *s) {
   return 0;
 }
 
-ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
-  if (!s || (!buf && len))
-    return -EINVAL;
+static ssize_t read_in(weft_stream *s, void *buf, size_t len) {
   if (len == 0)
     return 0;
   ssize_t rc = skip_rest(s);
@@ -200,9 +205,7 @@ ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
   return (ssize_t)n;
 }
 
-ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
-  if (!s || (!buf && len))
-    return -EINVAL;
+static ssize_t read_exact_in(weft_stream *s, void *buf, size_t len) {
   if (len > 0) {
     ssize_t rc = skip_rest(s);
     if (rc < 0)
@@ -242,9 +245,7 @@ ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
 
 /* ---- writing ------------------------------------------------------------ */
 
-int weft_stream_flush(weft_stream *s) {
-  if (!s)
-    return -EINVAL;
+static int flush_in(weft_stream *s) {
   size_t done = 0;
   int rc = 0;
   while (done < s->wlen) {
@@ -261,15 +262,13 @@ int weft_stream_flush(weft_stream *s) {
   return rc;
 }
 
-ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len) {
-  if (!s || (!buf && len))
-    return -EINVAL;
+static ssize_t write_in(weft_stream *s, const void *buf, size_t len) {
   if (len <= s->cap - s->wlen) {
     memcpy(s->wbuf + s->wlen, buf, len);
     s->wlen += len;
     return (ssize_t)len;
   }
-  int rc = weft_stream_flush(s);
+  int rc = flush_in(s);
   if (rc < 0)
     return rc;
   if (len < s->cap) {
@@ -280,11 +279,75 @@ ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len) {
   return weft_write_all(s->fd, buf, len);
 }
 
+/* ---- one reader and one writer at a time -------------------------------- */
+
+/* A call starts: -EBUSY if another task's call of its kind (*busy) is in
+ * flight, -EBADF once a close has begun (a call in flight then gets it
+ * from the closed fd). */
+static int enter(const weft_stream *s, uint8_t *busy) {
+  if (s->closed)
+    return -EBADF;
+  if (*busy)
+    return -EBUSY;
+  *busy = 1;
+  return 0;
+}
+
+/* A call ends; the last one out of a closed stream frees it. */
+static ssize_t leave(weft_stream *s, uint8_t *busy, ssize_t rc) {
+  *busy = 0;
+  if (s->closed && !s->reading && !s->writing && !s->closing)
+    weft__free(s);
+  return rc;
+}
+
+ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
+  if (!s || !buf || max == 0)
+    return -EINVAL;
+  int rc = enter(s, &s->reading);
+  return rc < 0 ? rc : leave(s, &s->reading, readline_in(s, buf, max));
+}
+
+ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
+  if (!s || (!buf && len))
+    return -EINVAL;
+  int rc = enter(s, &s->reading);
+  return rc < 0 ? rc : leave(s, &s->reading, read_in(s, buf, len));
+}
+
+ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
+  if (!s || (!buf && len))
+    return -EINVAL;
+  int rc = enter(s, &s->reading);
+  return rc < 0 ? rc : leave(s, &s->reading, read_exact_in(s, buf, len));
+}
+
+ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len) {
+  if (!s || (!buf && len))
+    return -EINVAL;
+  int rc = enter(s, &s->writing);
+  return rc < 0 ? rc : leave(s, &s->writing, write_in(s, buf, len));
+}
+
+int weft_stream_flush(weft_stream *s) {
+  if (!s)
+    return -EINVAL;
+  int rc = enter(s, &s->writing);
+  return rc < 0 ? rc : (int)leave(s, &s->writing, flush_in(s));
+}
+
+/* A close counts as a call of its own until it is done, so that a call
+ * that returns meanwhile does not free the stream under it. With another
+ * task's write in flight it does not flush (that call returns -EBADF, and
+ * what is queued is dropped). */
 int weft_stream_close(weft_stream *s) {
   if (!s)
     return 0;
-  int rc = weft_stream_flush(s);
+  if (s->closed)
+    return -EBADF; /* another task's close is in progress */
+  s->closed = s->closing = 1;
+  int rc = s->writing ? 0 : flush_in(s);
   int rc2 = weft_close(s->fd);
-  weft__free(s);
+  leave(s, &s->closing, 0);
   return rc < 0 ? rc : rc2;
 }

@@ -457,6 +457,36 @@ void weft__tasks_unpark(weft_loop *loop) {
       t->undo = NULL;
       undo(t, t->undo_arg);
     }
+  /* Then what they hold, which their undos may have still used. */
+  while (loop->held) {
+    weft__held *h = loop->held;
+    loop->held = h->next;
+    h->drop(loop, h);
+  }
+}
+
+void weft__hold(weft__held *h, void (*drop)(weft_loop *, weft__held *)) {
+  weft_task *t = running_task();
+  h->drop = t ? drop : NULL; /* outside a task, nothing can be dropped */
+  if (!t)
+    return;
+  weft_loop *loop = t->loop;
+  h->prev = NULL;
+  h->next = loop->held;
+  if (h->next)
+    h->next->prev = h;
+  loop->held = h;
+}
+
+void weft__unhold(weft__held *h) {
+  if (!h->drop)
+    return;
+  if (h->prev)
+    h->prev->next = h->next;
+  else
+    running_task()->loop->held = h->next;
+  if (h->next)
+    h->next->prev = h->prev;
 }
 
 void weft__tasks_free(weft_loop *loop) {
@@ -671,7 +701,12 @@ static void describe_wait(const weft_task *t, char *buf, size_t len) {
   switch (t->waits_on) {
   case WAIT_FD_READ: snprintf(buf, len, "fd %lld read", d); break;
   case WAIT_FD_WRITE: snprintf(buf, len, "fd %lld write", d); break;
-  case WAIT_TIMER: snprintf(buf, len, "timer in %.1f ms", ms); break;
+  case WAIT_TIMER:
+    if (t->waits_detail == WEFT_NEVER)
+      snprintf(buf, len, "sleep, forever");
+    else
+      snprintf(buf, len, "timer in %.1f ms", ms);
+    break;
   case WAIT_FUTURE: snprintf(buf, len, "future %#llx", d); break;
   case WAIT_JOIN: snprintf(buf, len, "join of task %lld", d); break;
   case WAIT_GROUP: snprintf(buf, len, "group %#llx", d); break;

@@ -933,6 +933,67 @@ static int dump_main(void *unused) {
 
 static void test_dump(void) { CHECK_EQ(weft_main(dump_main, NULL), 0); }
 
+/* ---- the seed's single FIFO -------------------------------------------
+ * Seed 000's scheduler has one queue of (actor, message) pairs: messages
+ * are handled in the order they were sent, across actors. Its counter,
+ * printing each count, with the two sends in the seed's order and the
+ * other way round (the order, produced by the seed's own code under
+ * Python, used to differ: weft ran the printer as soon as it was woken). */
+static char fifo_trace[256];
+static int self_first;
+
+static void fifo_note(const char *what, intptr_t n) {
+  size_t len = strlen(fifo_trace);
+  snprintf(fifo_trace + len, sizeof fifo_trace - len, "%s%ld ", what, (long)n);
+}
+
+static void *fifo_printer(void *unused) {
+  (void)unused;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0)
+    fifo_note("Got:", I(msg));
+  return NULL;
+}
+
+static void *fifo_counter(void *unused) {
+  (void)unused;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0) {
+    intptr_t n = I(msg);
+    fifo_note("count", n);
+    if (n == 0)
+      break;
+    if (self_first)
+      CHECK_EQ(weft_actor_send("counter", P(n - 1)), 0);
+    CHECK_EQ(weft_actor_send("printer", P(n)), 0);
+    if (!self_first)
+      CHECK_EQ(weft_actor_send("counter", P(n - 1)), 0);
+  }
+  return NULL;
+}
+
+static int fifo_order_main(void *unused) {
+  (void)unused;
+  CHECK(weft_actor_spawn("printer", fifo_printer, NULL));
+  CHECK(weft_actor_spawn("counter", fifo_counter, NULL));
+  CHECK_EQ(weft_actor_send("counter", P(5)), 0);
+  return 0;
+}
+
+static void test_fifo_order(void) {
+  static const char *want[2] = {
+      "count5 Got:5 count4 Got:4 count3 Got:3 count2 Got:2 count1 Got:1 "
+      "count0 ",
+      "count5 count4 Got:5 count3 Got:4 count2 Got:3 count1 Got:2 count0 "
+      "Got:1 "};
+  for (self_first = 0; self_first < 2; self_first++) {
+    fifo_trace[0] = '\0';
+    CHECK_EQ(weft_main(fifo_order_main, NULL), 0);
+    if (!check_seeded()) /* the order of ready tasks is the point */
+      CHECK_STR_EQ(fifo_trace, want[self_first]);
+  }
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -942,6 +1003,7 @@ int main(void) {
   test_recv_cancel();
   test_release();
   test_fairness();
+  test_fifo_order();
   test_memory();
   test_deadlock();
   test_other_loop();

@@ -1635,8 +1635,9 @@ static void test_outside_task(void) {
   CHECK_EQ(check_fd_count(), fds);
 }
 
-/* A channel of one loop, used from a task of another: -EINVAL where the
- * call must wait, and the channel is left with no waiter. */
+/* A channel of one loop, used from a task of another: -EINVAL, even where
+ * the call could be done at once (try_send, try_recv too), and the channel
+ * is left with no waiter. */
 static weft_chan *foreign;
 
 static weft_chan *foreign_buf; /* of the other loop, with room */
@@ -1646,7 +1647,9 @@ static void *foreign_task(void *arg) {
   int64_t v = 1;
   /* Refused even when it could be done at once. */
   CHECK_EQ(weft_chan_send(foreign_buf, &v), -EINVAL);
+  CHECK_EQ(weft_chan_try_send(foreign_buf, &v), -EINVAL);
   CHECK_EQ(weft_chan_len(foreign_buf), 0);
+  CHECK_EQ(weft_chan_try_recv(foreign_buf, &v), -EINVAL);
   CHECK_EQ(weft_chan_send(foreign, &v), -EINVAL);
   v = SENTINEL;
   CHECK_EQ(weft_chan_recv(foreign, &v), -EINVAL);
@@ -1680,7 +1683,14 @@ static void test_foreign_loop(void) {
 
 /* A loop freed while tasks wait on its channels: the tasks are dropped
  * (never resumed), and they leave the queues with their stacks, so the
- * channels, freed later, find no waiter (a select's included). */
+ * channels, freed later, find no waiter (a select's included), and no
+ * memory is left behind (a select of more than 8 cases allocates its
+ * waiters: they used to stay). Counted by the allocator of test_nomem,
+ * installed here too (this runs in a child process of its own). */
+static void *f_malloc(size_t n);
+static void *f_realloc(void *p, size_t n);
+static void f_free(void *p);
+static long alloc_live; /* blocks handed out and not freed */
 static weft_chan *dropped_a, *dropped_b;
 static void *dropped_recv(void *arg) {
   int64_t v;
@@ -1698,6 +1708,16 @@ static void *dropped_select(void *arg) {
   CHECK(0);
   return NULL;
 }
+static void *dropped_big_select(void *arg) {
+  int64_t v[12];
+  (void)arg;
+  weft_select_case k[12];
+  for (int i = 0; i < 12; i++)
+    k[i] = sel_case(dropped_a, WEFT_RECV, &v[i]);
+  weft_select(k, 12, 0);
+  CHECK(0);
+  return NULL;
+}
 static void *dropped_stop(void *arg) {
   CHECK_EQ(weft_yield(), 0); /* the others are parked now */
   weft_loop_stop(arg);
@@ -1705,20 +1725,24 @@ static void *dropped_stop(void *arg) {
 }
 
 static void test_loop_freed(void) {
+  CHECK_EQ(weft_replace_allocator(f_malloc, f_realloc, f_free), 0);
+  long live = alloc_live;
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
   dropped_a = chan(8, 0);
   dropped_b = chan(8, 0);
   CHECK(weft_spawn(dropped_recv, NULL));
   CHECK(weft_spawn(dropped_select, NULL));
+  CHECK(weft_spawn(dropped_big_select, NULL));
   CHECK(weft_spawn(dropped_stop, loop));
   CHECK_EQ(weft_loop_run(loop), 1);
-  CHECK_EQ(loop->nlive, 2);
+  CHECK_EQ(loop->nlive, 3);
   weft_loop_free(loop);
   TRY_SEND(dropped_a, 1, -EAGAIN);    /* no receiver left behind */
   TRY_RECV_FAILS(dropped_b, -EAGAIN); /* no sender either */
   weft_chan_free(dropped_a);          /* wakes nobody: nobody is left */
   weft_chan_free(dropped_b);
+  CHECK_EQ(alloc_live, live);
 }
 
 /* Out of memory: a failing allocator (installed before any weft object
@@ -1726,8 +1750,7 @@ static void test_loop_freed(void) {
  * that would need memory to wait fails with no case performed and no
  * waiter left; with memory back, everything works. A capacity whose ring
  * cannot be sized is NULL with EINVAL or ENOMEM. */
-static int alloc_fail;  /* fail every allocation while set */
-static long alloc_live; /* blocks handed out and not freed */
+static int alloc_fail; /* fail every allocation while set */
 static void *f_malloc(size_t n) {
   if (alloc_fail)
     return NULL;

@@ -49,7 +49,8 @@
  *    on fd INT_MAX, all -EBADF;
  *  - signals: weft_signal_wait gets a signal sent by kill() from another
  *    task, by raise() before the call (kept pending: the mask stays), by a
- *    pthread; cancelled, expired; misuse.
+ *    pthread; cancelled, expired; misuse; a loop freed while a task
+ *    waits closes the wait's signalfd.
  *
  * Every case ends with no job pending and no fd left open.
  */
@@ -1961,8 +1962,35 @@ static void *sigpipe_main(void *arg) {
   return NULL;
 }
 
+/* A task waiting for a signal when its loop is freed: the signalfd made
+ * for the wait is closed with the loop (it used to stay open). */
+static void *dropped_signal_wait(void *arg) {
+  (void)arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  weft_signal_wait(&set, NULL);
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+
+static void stop_loop(void *loop) { weft_loop_stop(loop); }
+
+static void test_signal_dropped(void) {
+  int fds = check_fd_count();
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(dropped_signal_wait, NULL));
+  CHECK(weft_call_later(WEFT_MS(2), stop_loop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  CHECK_EQ(check_fd_count(), fds);
+  CHECK_EQ(is_pending(SIGUSR1), 0);
+}
+
 static void test_signals(void) {
   run("signals", signal_main, NULL);
+  test_signal_dropped();
   CHECK_EQ(is_pending(SIGUSR1), 0);
   CHECK_EQ(is_pending(SIGUSR2), 0);
   sigset_t before, after;

@@ -18,6 +18,8 @@
  *    (and leaves no timer behind), -EINVAL outside a task;
  *  - the loop's clock is read once per turn;
  *  - weft_loop_run returns when only timers were left and they fired;
+ *    timers at WEFT_NEVER count as none (the run ends, the deadlock rule
+ *    acts);
  *    a loop freed with timers armed leaks nothing;
  *  - a loop sleeping 200 ms uses under 5 ms of CPU;
  *  - misuse: NULL callbacks, no loop.
@@ -556,6 +558,43 @@ static void test_only_timers(void) {
   CHECK_STR_EQ(trace, "012");
 }
 
+/* Timers at WEFT_NEVER can never fire, so they count as none: a loop with
+ * nothing else ends, and tasks that can never wake are deadlocked (both
+ * used to wait for ever, with the real clock and the virtual one). */
+static void *never_waiter(void *arg) {
+  weft_timer *t = weft_call_later(WEFT_SEC(30), note_cb, "idle");
+  CHECK(t);
+  CHECK_EQ(weft_timer_rearm(t, WEFT_NEVER), 0); /* an idle timeout off */
+  weft_chan *c = weft_chan_new(sizeof(int), 0);
+  int v;
+  CHECK_EQ(weft_chan_recv(c, &v), -ECANCELED); /* nobody ever sends */
+  weft_chan_free(c);
+  CHECK_EQ(weft_timer_cancel(t), 0);
+  (void)arg;
+  return NULL;
+}
+
+static void test_never_timers(void) {
+  for (int v = 0; v < 2; v++) {
+    trace_reset();
+    weft_config cfg = {.virtual_clock = v};
+    weft_loop *loop = weft_loop_new(&cfg);
+    CHECK(loop);
+    weft_timer *t = weft_call_at(WEFT_NEVER, note_cb, "x");
+    CHECK(t);
+    CHECK_EQ(weft_loop_run(loop), 0);
+    /* Still armed: a later run may move it. */
+    CHECK_EQ(weft_timer_rearm(t, 0), 0);
+    CHECK_EQ(weft_loop_run(loop), 0);
+    CHECK_STR_EQ(trace, "x");
+    CHECK(weft_spawn(never_waiter, NULL));
+    CHECK_EQ(weft_loop_run(loop), 0);
+    CHECK_STR_EQ(trace, "x");
+    weft_loop_free(loop);
+  }
+  printf("timers at WEFT_NEVER count as none: ok\n");
+}
+
 /* ---- an idle loop is idle --------------------------------------------- */
 static int64_t idle_cpu, idle_wall;
 
@@ -604,6 +643,7 @@ int main(void) {
   test_sleep_cancel();
   test_clock();
   test_only_timers();
+  test_never_timers();
   test_idle_cpu();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_loop: ok\n");

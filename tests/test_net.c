@@ -9,6 +9,7 @@
  *  - Unix stream sockets, a SOCK_SEQPACKET listener's connections (one
  *    message a read), and UDP (sendto / recvfrom with the address);
  *  - a cancelled accept leaves the connection queued for the next one;
+ *    a loop freed while a connect waits closes its socket;
  *  - listening works outside a task, and no fd is left open.
  */
 #include "weft.h"
@@ -381,6 +382,54 @@ static void test_cancel_accept(void) {
   CHECK_EQ(weft_close(lfd), 0);
 }
 
+/* ---- a loop freed while a connect waits --------------------------------
+ * The socket weft_unix_connect made is closed with the loop (it used to
+ * stay open: only the call's own code closed it, and it never resumed). A
+ * listener whose backlog is full makes the connect wait. */
+static void *dropped_connect(void *arg) {
+  weft_unix_connect(arg);
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+
+static void stop_loop(void *loop) { weft_loop_stop(loop); }
+
+static void test_connect_dropped(void) {
+  struct sockaddr_un un = {.sun_family = AF_UNIX};
+  snprintf(un.sun_path, sizeof un.sun_path, "/tmp/weft-test-net-%d.sock",
+           (int)getpid());
+  unlink(un.sun_path);
+  int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(lfd, 0);
+  CHECK_EQ(bind(lfd, (struct sockaddr *)&un, sizeof un), 0);
+  CHECK_EQ(listen(lfd, 0), 0);
+  int fill[8], nfill = 0;
+  for (;;) {
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    CHECK_GE(c, 0);
+    if (connect(c, (struct sockaddr *)&un, sizeof un) < 0) {
+      CHECK_EQ(errno, EAGAIN); /* the backlog is full */
+      close(c);
+      break;
+    }
+    CHECK_LT(nfill, 8);
+    fill[nfill++] = c;
+  }
+  int fds = check_fd_count();
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(dropped_connect, un.sun_path));
+  CHECK(weft_call_later(WEFT_MS(5), stop_loop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  CHECK_EQ(check_fd_count(), fds);
+  while (nfill)
+    close(fill[--nfill]);
+  close(lfd);
+  unlink(un.sun_path);
+  printf("  a loop freed while a connect waits: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -390,6 +439,7 @@ int main(void) {
   test_unix();
   test_udp();
   test_cancel_accept();
+  test_connect_dropped();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_net: ok\n");
   return 0;

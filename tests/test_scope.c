@@ -21,6 +21,8 @@
  *    turning the shield off lets the cancellation in;
  *  - misuse: exit out of order (-EINVAL, nothing changes), twice, from
  *    another task, of a scope entered outside a task;
+ *  - a generator's body: its scopes are its own (no yield inside one, no
+ *    exit of its caller's, a return inside one aborts);
  *  - cost: entering and leaving a scope with a deadline arms no timer when
  *    nothing inside blocks, and every timer a scope armed is gone at exit.
  */
@@ -34,8 +36,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define P(x) ((void *)(intptr_t)(x))
@@ -597,6 +601,66 @@ static void test_misuse(void) {
   run(other_task_exits, NULL);
 }
 
+/* ---- scopes in a generator's body -------------------------------------------
+ * A scope the body enters is the body's: it may not yield inside it
+ * (-EINVAL, and it goes on; the scope used to stay the task's innermost
+ * after the yield, so that the caller's own exit failed and its calls met
+ * the body's deadline), nor leave its caller's scope; and returning inside
+ * one aborts, as a task's return does. */
+static void *scoped_body(weft_gen *g, void *arg) {
+  weft_scope *caller = arg, s;
+  CHECK_EQ(weft_scope_exit(caller), -EINVAL); /* not the body's to leave */
+  weft_scope_enter(&s, weft_now() + WEFT_MS(10));
+  CHECK_EQ(weft_gen_yield(g, P(1), NULL), -EINVAL);
+  CHECK_EQ(weft_sleep(WEFT_SEC(5)), -ETIMEDOUT); /* its own deadline */
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(weft_gen_yield(g, P(2), NULL), 0); /* out of it: fine */
+  return P(3);
+}
+
+static void *gen_scopes(void *arg) {
+  (void)arg;
+  weft_scope c;
+  weft_scope_enter(&c, weft_now() + WEFT_SEC(10));
+  weft_gen *g = weft_gen_new(scoped_body, &c, 0);
+  CHECK(g);
+  void *out = NULL;
+  CHECK_EQ(weft_gen_send(g, NULL, &out), 1);
+  CHECK_EQ(I(out), 2);
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0); /* not under the body's deadline */
+  CHECK_EQ(weft_gen_send(g, NULL, &out), 0);
+  CHECK_EQ(I(out), 3);
+  weft_gen_free(g);
+  CHECK_EQ(weft_scope_exit(&c), 0);
+  return NULL;
+}
+
+static void *leaky_body(weft_gen *g, void *arg) {
+  weft_scope *s = arg;
+  (void)g;
+  weft_scope_enter(s, weft_now() + WEFT_SEC(1));
+  return NULL;
+}
+
+static void *leaky_task(void *arg) {
+  (void)arg;
+  static weft_scope s;
+  weft_gen *g = weft_gen_new(leaky_body, &s, 0);
+  weft_gen_send(g, NULL, NULL);
+  CHECK(0); /* not reached */
+  return NULL;
+}
+
+static void leaky_child(void *arg) { run(leaky_task, arg); }
+
+static void test_gen_scopes(void) {
+  run(gen_scopes, NULL);
+  check_child res;
+  check_child_run(leaky_child, NULL, &res, 60);
+  CHECK(WIFSIGNALED(res.status) && WTERMSIG(res.status) == SIGABRT);
+  CHECK(strstr(res.err, "returned inside a scope (weft_scope_exit missing)"));
+}
+
 /* ---- timers --------------------------------------------------------------- */
 static void *no_timer(void *arg) {
   (void)arg;
@@ -645,6 +709,7 @@ int main(void) {
   test_cancel();
   test_shield();
   test_misuse();
+  test_gen_scopes();
   run(no_timer, NULL);
   CHECK_EQ(check_fd_count(), fds);
   CHECK_EQ(check_subtest_failures, 0);

@@ -53,6 +53,26 @@ for sym in weft_main weft_spawn weft_join weft_version; do
   printf '%s\n' "$exports" | grep -qx "$sym" || fail "$sym is not exported"
 done
 
+# The header alone compiles warning-free in strict ISO C (where <signal.h>
+# has no sigset_t, so weft_signal_wait is left out) and with POSIX, and as
+# C++ where a C++ compiler is installed.
+echo '#include <weft.h>
+int main(void) { return (int)(WEFT_MS(1) / WEFT_MS(1)) - 1; }' >"$scratch/h.c"
+for std in c99 c11; do
+  for posix in "" -D_POSIX_C_SOURCE=200809L; do
+    "$cc" -std=$std $posix -Wall -Wextra -Wpedantic -Werror \
+      -I"$prefix/include" -c "$scratch/h.c" -o "$scratch/h.o" ||
+      fail "weft.h does not compile with -std=$std $posix -Wpedantic"
+  done
+done
+if command -v c++ >/dev/null 2>&1; then
+  for std in c++98 c++17; do
+    c++ -x c++ -std=$std -Wall -Wextra -Wpedantic -Werror \
+      -I"$prefix/include" -c "$scratch/h.c" -o "$scratch/h.o" ||
+      fail "weft.h does not compile as C++ (-std=$std -Wpedantic)"
+  done
+fi
+
 # No GCC bytecode in the installed archive (CMakeLists.txt, WEFT_LTO): it
 # would tie every -flto user to this build's compiler version.
 if readelf -S "$lib/libweft.a" | grep -q '\.gnu\.lto_'; then

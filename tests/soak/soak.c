@@ -313,17 +313,18 @@ static void set_nonblock(int fd) {
 }
 
 /* ---- the accept gate ------------------------------------------------------
- * echo_server listens with a backlog of 5. When more handshakes than that
- * wait for its accept (a burst of clients), Linux answers with SYN cookies
- * and drops the final ACKs it cannot queue: the client believes it is
- * connected, and what it sends next may be reset (TcpExtSyncookiesFailed)
- * or, worse, taken as the handshake's ACK with the first 1-3 bytes lost (a
- * cookie still validates with the sequence number off by up to 3: the
- * reply then is "GOT:" + our line from its second, third or fourth byte).
- * That is the kernel's doing and the backlog's, not the server code's, so
- * the clients keep at most GATE_MAX connections unaccepted: each waits,
- * after connect, until the server's log says it accepted that port.
- * (--burst turns the gate off, to see the kernel's behaviour.) */
+ * echo_server listened with the seed's backlog of 5. When more handshakes
+ * than that waited for its accept (a burst of clients), Linux answered
+ * with SYN cookies and dropped the final ACKs it could not queue: the
+ * client believed it was connected, and what it sent next could be reset
+ * (TcpExtSyncookiesFailed) or, worse, taken as the handshake's ACK with
+ * the first 1-3 bytes lost (a cookie still validates with the sequence
+ * number off by up to 3: the reply then was "GOT:" + our line from its
+ * second, third or fourth byte). So the clients keep at most GATE_MAX
+ * connections unaccepted: each waits, after connect, until the server's
+ * log says it accepted that port. echo_server listens with SOMAXCONN now;
+ * the gate stays, as a bound on connections left waiting. (--burst turns
+ * it off.) */
 #define GATE_MAX 4
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv = PTHREAD_COND_INITIALIZER;
