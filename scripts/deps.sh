@@ -46,6 +46,10 @@ present() {
   [[ $1 == *=* ]] && cmd=${1#*=}
   if [[ -n $cmd ]]; then
     command -v "$cmd" > /dev/null 2>&1
+  elif ! command -v dpkg-query > /dev/null 2>&1; then
+    # Not Debian: no package to ask about. Count it as there (a line below
+    # says so), and let the build say what is missing.
+    return 0
   else
     # dpkg -s also knows packages that were removed but not purged, so look
     # at the status itself.
@@ -77,6 +81,10 @@ for set in "$@"; do
 done
 
 mapfile -t missing < <(missing_in "${items[@]}" | sort -u)
+if ! command -v dpkg-query > /dev/null 2>&1; then
+  echo "deps.sh: no dpkg-query (not Debian?): the packages of '$*' are" \
+    "not checked, only the commands" >&2
+fi
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 
 if [[ ${CI:-} == true && $(id -u) -eq 0 ]]; then

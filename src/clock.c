@@ -17,14 +17,15 @@ int64_t weft__real_now(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* The clock of the loop running on this thread (or, outside a run, of the
- * thread's current loop): the virtual one if that loop has it. */
-int64_t weft_now(void) {
-  weft_loop *loop = weft_loop_current();
+int64_t weft__clock_of(const weft_loop *loop) {
   if (__builtin_expect(loop && loop->vclock, 0))
     return loop->vnow;
   return weft__real_now();
 }
+
+/* The clock of the loop running on this thread (or, outside a run, of the
+ * thread's current loop): the virtual one if that loop has it. */
+int64_t weft_now(void) { return weft__clock_of(weft_loop_current()); }
 
 weft_loop *weft_loop_current(void) {
   return weft__loop_running ? weft__loop_running : thread_loops;

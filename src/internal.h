@@ -431,12 +431,16 @@ int64_t weft__real_now(void);
 void weft__thread_loop_add(weft_loop *loop);
 void weft__thread_loop_remove(weft_loop *loop);
 
+/* loop's own clock (its virtual one, if it has it), whichever loop is
+ * current: a timer of a loop that is not is measured on its loop's time. */
+int64_t weft__clock_of(const weft_loop *loop);
+
 /* The loop's clock in this turn: read at its start if timers are armed,
  * else at the first call that needs it (a clock read costs ~28 ns in this
  * VM, a quarter of a yield), then the same for the rest of the turn. */
 static inline int64_t weft__turn_now(weft_loop *loop) {
   if (__builtin_expect(!loop->now_fresh, 0)) {
-    loop->now = weft_now();
+    loop->now = weft__clock_of(loop);
     loop->now_fresh = 1;
   }
   return loop->now;

@@ -60,6 +60,29 @@ static void report(const weft__region *r) {
   (void)unused;
 }
 
+/* Calls the handler that was there before weft's as the kernel would have:
+ * with its sa_mask (and SIGSEGV itself unless SA_NODEFER) blocked, and put
+ * back to SIG_DFL first if it asked for SA_RESETHAND. */
+static void chain(int sig, siginfo_t *si, void *uc) {
+  const struct sigaction *p = &previous_segv;
+  if (p->sa_flags & SA_RESETHAND)
+    signal(SIGSEGV, SIG_DFL);
+  sigset_t old, during;
+  pthread_sigmask(SIG_SETMASK, NULL, &old);
+  during = old; /* SIGSEGV is in it: weft's handler runs with it blocked */
+  for (int s = 1; s < NSIG; s++)
+    if (sigismember(&p->sa_mask, s) == 1)
+      sigaddset(&during, s);
+  if (p->sa_flags & SA_NODEFER)
+    sigdelset(&during, SIGSEGV);
+  pthread_sigmask(SIG_SETMASK, &during, NULL);
+  if (p->sa_flags & SA_SIGINFO)
+    p->sa_sigaction(sig, si, uc);
+  else
+    p->sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static void on_segv(int sig, siginfo_t *si, void *uc) {
   const weft__region *r = weft__ctx_running();
   uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)r->lo;
@@ -71,8 +94,9 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
     abort();
   }
   /* Not ours: hand it on as if weft had never been there. */
-  if (previous_segv.sa_flags & SA_SIGINFO) {
-    previous_segv.sa_sigaction(sig, si, uc);
+  if (previous_segv.sa_handler != SIG_DFL &&
+      previous_segv.sa_handler != SIG_IGN) {
+    chain(sig, si, uc);
   } else if (previous_segv.sa_handler == SIG_DFL) {
     /* Returning re-runs a faulting instruction, which now kills the
      * process the default way (with a core dump if enabled); a sent signal
@@ -88,8 +112,6 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
      * staying in place. */
     if (!sent)
       signal(SIGSEGV, SIG_DFL);
-  } else {
-    previous_segv.sa_handler(sig);
   }
 }
 

@@ -33,7 +33,7 @@ int weft__cancel_status(weft_task *t) {
     if (s->priv_flags & SCOPE_CANCELLED)
       return -ECANCELED;
     if (s->priv_deadline != WEFT_NEVER && s->priv_deadline > now && !fresh) {
-      now = weft_now();
+      now = weft__clock_of(t->loop);
       fresh = 1;
     }
     if (s->priv_deadline <= now) {

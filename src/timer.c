@@ -361,7 +361,7 @@ static void heap_remove(weft_loop *loop, uint32_t pos) {
 
 /* ---- arming ----------------------------------------------------------- */
 int64_t weft__loop_clock(weft_loop *loop) {
-  return loop->running ? weft__turn_now(loop) : weft_now();
+  return loop->running ? weft__turn_now(loop) : weft__clock_of(loop);
 }
 
 static weft__timer_rec *arm(weft_loop *loop, int64_t deadline,

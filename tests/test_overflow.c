@@ -337,6 +337,47 @@ static void test_user_handler(void) {
   check_message(&res, want);
 }
 
+/* The program's handler is called as the kernel would have called it:
+ * with its sa_mask blocked, and reset first under SA_RESETHAND (weft's
+ * handler used to call it with weft's own empty mask, and stayed). */
+static void user_masked(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)si;
+  (void)uc;
+  sigset_t cur;
+  pthread_sigmask(SIG_BLOCK, NULL, &cur);
+  struct sigaction now;
+  sigaction(SIGSEGV, NULL, &now);
+  char msg[64];
+  int n = snprintf(msg, sizeof msg, "usr1 %s, segv %s\n",
+                   sigismember(&cur, SIGUSR1) ? "blocked" : "open",
+                   now.sa_handler == SIG_DFL ? "reset" : "kept");
+  ssize_t unused = write(STDERR_FILENO, msg, (size_t)n);
+  (void)unused;
+  _exit(44);
+}
+
+static void child_user_masked(void *arg) {
+  (void)arg;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGUSR1);
+  sa.sa_sigaction = user_masked;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  CHECK(sigaction(SIGSEGV, &sa, NULL) == 0);
+  weft_main(spawn_null_writer, (void *)16);
+}
+
+static void test_user_mask(void) {
+  if (CHECK_ASAN)
+    return; /* ASan's handler comes first */
+  static check_child res;
+  check_child_run(child_user_masked, NULL, &res, 60);
+  CHECK_EXITED(res, 44);
+  CHECK_STR_EQ(res.err, "usr1 blocked, segv reset\n");
+}
+
 /* SIGSEGV ignored before weft: a fault still kills the process (the
  * kernel does not let a program ignore a fault it cannot step over). With
  * weft's handler in between, the child must die the same way, not spin
@@ -418,6 +459,7 @@ int main(int argc, char **argv) {
   test_other_guard();
   test_main_stack_overflow();
   test_user_handler();
+  test_user_mask();
   test_ignored();
   test_sent();
   printf("ok\n");

@@ -3,7 +3,8 @@
  * tasks run and jumps to the next deadline when nothing else can happen,
  * so that an hour of sleeps, or a deadline around a recv that never gets
  * data, takes no real time. Checked: the virtual time reached, the real
- * time spent, the order timers fire in, and that I/O still comes first.
+ * time spent, the order timers fire in, that I/O still comes first, and
+ * that a timer moved while another loop is current keeps its loop's time.
  */
 #include "weft.h"
 
@@ -128,8 +129,40 @@ static void test_real(void) {
   printf("  real and virtual clocks: ok\n");
 }
 
+/* ---- a timer moved while another loop is current --------------------------
+ * weft_timer_rearm measures the delay on its own loop's clock: the
+ * virtual one, an hour ahead here, even while a loop on the real clock is
+ * the thread's current one (it used to take the current loop's time, an
+ * hour in the virtual loop's past, and the timer fired at once). */
+static int64_t fired_at;
+
+static void note_time(void *unused) {
+  (void)unused;
+  fired_at = weft_now();
+}
+
+static void test_rearm_other_loop(void) {
+  weft_loop *v = vloop();
+  CHECK(weft_call_later(WEFT_SEC(3600), note_time, NULL));
+  weft_timer *t = weft_call_later(WEFT_SEC(7200), note_time, NULL);
+  CHECK(t);
+  CHECK_EQ(weft_loop_run(v), 0); /* both fired: the clock is 2 h on */
+  int64_t later = fired_at;
+  t = weft_call_later(WEFT_SEC(1), note_time, NULL);
+  CHECK(t);
+  weft_loop *r = weft_loop_new(NULL); /* the current loop now */
+  CHECK(r);
+  CHECK_EQ(weft_timer_rearm(t, WEFT_SEC(10)), 0);
+  weft_loop_free(r); /* v is current again */
+  CHECK_EQ(weft_loop_run(v), 0);
+  CHECK_EQ(fired_at, later + WEFT_SEC(10));
+  weft_loop_free(v);
+  printf("  a timer moved while another loop is current: ok\n");
+}
+
 int main(void) {
   test_sleeps();
+  test_rearm_other_loop();
   test_io_deadline();
   test_real();
   printf("test_vclock: ok\n");
