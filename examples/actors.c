@@ -4,9 +4,10 @@
  * to itself, a self-send that recursion does not bound. In Python the
  * actors are generators fed from one deque of (actor, message) pairs; in
  * weft each is a task with a mailbox, and weft_actor_recv is the
- * `msg = yield`. Because receiving lets the other ready actors run first,
- * the two keep in step as the seed's single queue keeps them: each
- * mailbox holds a message or two, whatever the count.
+ * `msg = yield`. Because receiving lets the next ready actor run first
+ * when its oldest message is older, the two keep in step as the seed's
+ * single queue keeps them: each mailbox holds a message or two, whatever
+ * the count, and messages are handled in the seed's order.
  *
  *   actors [N]    count down from N (default 10000, as in the seed)
  *

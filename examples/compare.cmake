@@ -12,7 +12,7 @@ file(READ ${EXPECTED} want)
 set(got "${out}")
 if(SPLIT)
   # Each prefix's lines, in order, one prefix after the other.
-  string(REGEX MATCHALL "[^\n]*\n" lines "${out}")
+  string(REGEX MATCHALL "[^\n]*\n|[^\n]+$" lines "${out}")
   set(got "")
   set(kept 0)
   foreach(prefix ${SPLIT})

@@ -150,7 +150,8 @@ int weft_loop_run(weft_loop *loop);
  * finished stay where they are; a later weft_loop_run resumes them. */
 void weft_loop_stop(weft_loop *loop);
 
-/* Frees a loop that is not running. Tasks that never finished are freed
+/* Frees a loop that is not running (called from inside the loop's own run,
+ * it does nothing). Tasks that never finished are freed
  * without being resumed (their stacks are dropped: no code of theirs runs);
  * each leaves whatever queue it waits in (a channel, a semaphore...). Call
  * it on the loop's thread: called on another, it frees nothing and says so
@@ -524,7 +525,8 @@ int weft_stream_fd(const weft_stream *s);
 /* Flushes, closes the fd and frees the stream (all of them, even if the
  * flush fails). Returns 0 or the first error. NULL is ignored. Calls of
  * other tasks waiting on s end with -EBADF (a write in flight: close does
- * not flush, and what was queued is dropped) and s is freed once they have
+ * not flush, what was queued is dropped, and a write that had sent part
+ * of its bytes returns that short count) and s is freed once they have
  * returned; a call made while the close flushes gets -EBADF too. */
 int weft_stream_close(weft_stream *s);
 
@@ -855,7 +857,10 @@ int weft_event_wait(weft_event *e);
  * ready it yields first (weft_yield), even with messages waiting, so an
  * actor that keeps sending to itself (seed 000's counter) cannot starve
  * the others, and a pair of actors sending to each other runs in step:
- * each mailbox holds a message or two, however long they run.
+ * each mailbox holds a message or two, however long they run. The one
+ * exception keeps the seed's order: it does not yield when the next task
+ * to run is an actor whose oldest message was sent after its own (each
+ * message is numbered as it is queued, across the loop's actors).
  */
 typedef struct weft_actor weft_actor;
 

@@ -288,17 +288,20 @@ void weft_loop_stop(weft_loop *loop) {
 }
 
 void weft_loop_free(weft_loop *loop) {
-  if (!loop || loop->running)
+  if (!loop)
     return;
   /* The loop is its thread's: the thread's list of loops, its stack pool,
    * and (io_uring, SINGLE_ISSUER) the only ring that can wait out the
    * requests still writing into the tasks' stacks. Freed from another
-   * thread, the loop is left as it is. */
+   * thread, the loop is left as it is (and nothing of it is read: it may
+   * be running there). */
   if (!pthread_equal(loop->thread, pthread_self())) {
     fprintf(stderr, "weft: weft_loop_free called off the loop's thread: "
                     "the loop is not freed\n");
     return;
   }
+  if (loop->running)
+    return; /* from inside its own run: see weft.h */
   weft__thread_loop_remove(loop);
   /* Tasks that never finished leave the queues they wait in, before the
    * pool and the kernel let go of what those waits refer to. */
@@ -523,6 +526,10 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
                __atomic_load_n(&loop->refs, __ATOMIC_ACQUIRE)) {
       /* fd waits, jobs on the pool, or a reference held for a thread */
       timeout = -1;
+    } else if (__atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE)) {
+      /* A thread queued a callback between the look at the queue above
+       * and dropping its reference (seen just now): run it first. */
+      continue;
     } else if (loop->nlive == 0) {
       break; /* nothing is left */
     } else {

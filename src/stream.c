@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #define STREAM_DEFAULT_BUFSIZE (64 * 1024)
 
@@ -69,6 +70,46 @@ weft_stream *weft_stream_new(int fd, size_t bufsize) {
 
 int weft_stream_fd(const weft_stream *s) { return s ? s->fd : -EINVAL; }
 
+/* ---- waiting ------------------------------------------------------------ */
+/* The calls below may wait; a task dropped while it waits (its loop freed
+ * under it) never returns to leave() (see the end), so the loop ends its
+ * call for it: the stream is not left busy for good, nor a closed one
+ * unfreed. Only the calls that wait pay for it, next to a system call. */
+typedef struct {
+  weft__held h;
+  weft_stream *s;
+  uint8_t *busy; /* the flag of the call in progress */
+} waiting;
+
+static ssize_t leave(weft_stream *s, uint8_t *busy, ssize_t rc);
+
+static void drop_call(weft_loop *loop, weft__held *h) {
+  waiting *w = (waiting *)h;
+  if (w->busy == &w->s->closing) { /* a close that never got to the fd */
+    weft__fd_forget(loop, w->s->fd);
+    close(w->s->fd);
+  }
+  leave(w->s, w->busy, 0);
+}
+
+static ssize_t io_read(weft_stream *s, void *buf, size_t len) {
+  waiting w = {.s = s, .busy = &s->reading};
+  weft__hold(&w.h, drop_call);
+  ssize_t n = weft_read(s->fd, buf, len);
+  weft__unhold(&w.h);
+  return n;
+}
+
+/* A write, or a close's flush (no write in progress then). */
+static ssize_t io_write(weft_stream *s, const void *buf, size_t len, int all) {
+  waiting w = {.s = s, .busy = s->writing ? &s->writing : &s->closing};
+  weft__hold(&w.h, drop_call);
+  ssize_t n =
+      all ? weft_write_all(s->fd, buf, len) : weft_write(s->fd, buf, len);
+  weft__unhold(&w.h);
+  return n;
+}
+
 /* ---- reading ------------------------------------------------------------ */
 
 /* Moves the unread bytes of rbuf to its front. */
@@ -82,7 +123,7 @@ static void compact(weft_stream *s) {
 
 /* One read into the free end of rbuf. */
 static ssize_t read_more(weft_stream *s) {
-  ssize_t n = weft_read(s->fd, s->rbuf + s->rlen, s->cap - s->rlen);
+  ssize_t n = io_read(s, s->rbuf + s->rlen, s->cap - s->rlen);
   if (n > 0)
     s->rlen += (size_t)n;
   return n;
@@ -194,7 +235,7 @@ static ssize_t read_in(weft_stream *s, void *buf, size_t len) {
   if (avail == 0) {
     /* A large read goes straight to the caller's memory. */
     if (len >= s->cap)
-      return weft_read(s->fd, buf, len);
+      return io_read(s, buf, len);
     ssize_t n = fill(s);
     if (n <= 0)
       return n;
@@ -233,7 +274,7 @@ static ssize_t read_exact_in(weft_stream *s, void *buf, size_t len) {
   size_t done = s->rlen - s->rpos;
   take(s, p, done);
   while (done < len) {
-    ssize_t n = weft_read(s->fd, p + done, len - done);
+    ssize_t n = io_read(s, p + done, len - done);
     if (n < 0)
       return done ? (ssize_t)done : n;
     if (n == 0)
@@ -249,7 +290,7 @@ static int flush_in(weft_stream *s) {
   size_t done = 0;
   int rc = 0;
   while (done < s->wlen) {
-    ssize_t n = weft_write(s->fd, s->wbuf + done, s->wlen - done);
+    ssize_t n = io_write(s, s->wbuf + done, s->wlen - done, 0);
     if (n < 0) {
       rc = (int)n;
       break;
@@ -276,7 +317,7 @@ static ssize_t write_in(weft_stream *s, const void *buf, size_t len) {
     s->wlen = len;
     return (ssize_t)len;
   }
-  return weft_write_all(s->fd, buf, len);
+  return io_write(s, buf, len, 1);
 }
 
 /* ---- one reader and one writer at a time -------------------------------- */

@@ -13,6 +13,8 @@
  *    flush keeps what it could not write, close closes even then;
  *  - tasks sharing a stream: -EBUSY for a second reader or writer, a close
  *    under waiting calls (-EBADF for them, the stream freed after them);
+ *    calls of tasks the loop dropped leave the stream usable (a dropped
+ *    close still closes and frees);
  *  - misuse; no fd is left open.
  */
 #include "weft.h"
@@ -512,6 +514,62 @@ static void *shared_main(void *arg) {
   return NULL;
 }
 
+/* Calls whose task the loop dropped (weft_loop_free with them waiting):
+ * the stream is not left busy (a later loop's reader gets the line, not
+ * -EBUSY), and a close dropped while it flushes still closes the fd and
+ * frees the stream (the fd count at the end, LeakSanitizer). */
+static void *drop_reader(void *arg) {
+  char buf[64];
+  (void)arg;
+  weft_stream_readline(cs, buf, sizeof buf);
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+
+static void *drop_closer(void *arg) {
+  weft_stream_close(arg);
+  CHECK(0);
+  return NULL;
+}
+
+static void *later_reader(void *arg) {
+  char buf[64];
+  (void)arg;
+  CHECK_EQ(weft_stream_readline(cs, buf, sizeof buf), 6);
+  CHECK_STR_EQ(buf, "hello\n");
+  CHECK_EQ(weft_stream_close(cs), 0);
+  return NULL;
+}
+
+static void stop_loop(void *loop) { weft_loop_stop(loop); }
+
+/* Runs fn(arg) on a fresh loop until it waits, then frees the loop. */
+static void drop_in(void *(*fn)(void *), void *arg) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(fn, arg));
+  CHECK(weft_call_later(WEFT_MS(2), stop_loop, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+}
+
+static void test_dropped(void) {
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  cs = weft_stream_new(sv[0], 64);
+  drop_in(drop_reader, NULL);
+  CHECK_EQ(write(sv[1], "hello\n", 6), 6);
+  check_run(later_reader, NULL);
+  CHECK_EQ(close(sv[1]), 0);
+
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *s = weft_stream_new(sv[0], sizeof big);
+  CHECK_EQ(weft_stream_write(s, big, sizeof big), (ssize_t)sizeof big);
+  drop_in(drop_closer, s); /* the peer never reads: the flush waits */
+  CHECK_EQ(close(sv[1]), 0);
+  printf("  calls of dropped tasks: ok\n");
+}
+
 static void test_shared(void) {
   check_run(shared_main, NULL);
   printf("  tasks sharing a stream: ok\n");
@@ -567,6 +625,7 @@ int main(void) {
   test_flush_error();
   test_skip_then_read();
   test_shared();
+  test_dropped();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_stream: ok\n");
   return 0;

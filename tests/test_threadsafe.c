@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define P(x) ((void *)(intptr_t)(x))
@@ -474,6 +475,40 @@ static void pool_jobs(void) {
          NJOBS, (unsigned long long)per_job, took);
 }
 
+/* weft_loop_free from another thread while the loop runs: it frees
+ * nothing, says so, and reads nothing of the loop (it used to return
+ * silently, after reading loop->running unsynchronised). */
+static void *free_from_thread(void *loop) {
+  weft_loop_free(loop);
+  return NULL;
+}
+
+static void *run_while_freed(void *loop) {
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, free_from_thread, loop), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0); /* blocks the loop: it is running */
+  CHECK_EQ(weft_yield(), 0);           /* and goes on */
+  return NULL;
+}
+
+static void child_free_off_thread(void *unused) {
+  (void)unused;
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(run_while_freed, loop));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
+static void free_off_thread(void) {
+  static check_child res;
+  check_child_run(child_free_off_thread, NULL, &res, 60);
+  CHECK(WIFEXITED(res.status) && WEXITSTATUS(res.status) == 0);
+  CHECK_STR_EQ(res.err, "weft: weft_loop_free called off the loop's thread: "
+                        "the loop is not freed\n");
+  printf("  weft_loop_free from another thread: refused, said: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   main_thread = pthread_self();
@@ -498,6 +533,7 @@ int main(void) {
   lock_step();
   two_loops();
   pool_jobs();
+  free_off_thread();
   alarm(0);
   CHECK_EQ(check_fd_count(), fds);
   struct rusage ru;
