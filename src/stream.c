@@ -78,14 +78,15 @@ int weft_stream_fd(const weft_stream *s) { return s ? s->fd : -EINVAL; }
 typedef struct {
   weft__held h;
   weft_stream *s;
-  uint8_t *busy; /* the flag of the call in progress */
+  uint8_t *busy;  /* the flag of the call in progress */
+  uint8_t shut;   /* a close's flush: dropped, it closes the fd itself */
 } waiting;
 
 static ssize_t leave(weft_stream *s, uint8_t *busy, ssize_t rc);
 
 static void drop_call(weft_loop *loop, weft__held *h) {
   waiting *w = (waiting *)h;
-  if (w->busy == &w->s->closing) { /* a close that never got to the fd */
+  if (w->shut) { /* a close that never got to the fd */
     weft__fd_forget(loop, w->s->fd);
     close(w->s->fd);
   }
@@ -103,6 +104,7 @@ static ssize_t io_read(weft_stream *s, void *buf, size_t len) {
 /* A write, or a close's flush (no write in progress then). */
 static ssize_t io_write(weft_stream *s, const void *buf, size_t len, int all) {
   waiting w = {.s = s, .busy = s->writing ? &s->writing : &s->closing};
+  w.shut = w.busy == &s->closing;
   weft__hold(&w.h, drop_call);
   ssize_t n =
       all ? weft_write_all(s->fd, buf, len) : weft_write(s->fd, buf, len);
@@ -388,7 +390,10 @@ int weft_stream_close(weft_stream *s) {
     return -EBADF; /* another task's close is in progress */
   s->closed = s->closing = 1;
   int rc = s->writing ? 0 : flush_in(s);
+  waiting w = {.s = s, .busy = &s->closing}; /* the close may wait too */
+  weft__hold(&w.h, drop_call);
   int rc2 = weft_close(s->fd);
+  weft__unhold(&w.h);
   leave(s, &s->closing, 0);
   return rc < 0 ? rc : rc2;
 }
