@@ -147,7 +147,9 @@ weft_loop *weft_loop_new(const weft_config *cfg);
 int weft_loop_run(weft_loop *loop);
 
 /* Makes weft_loop_run return after the current iteration. Tasks that are not
- * finished stay where they are; a later weft_loop_run resumes them. */
+ * finished stay where they are; a later weft_loop_run resumes them. Called
+ * while the loop is not running, it is kept for the next weft_loop_run,
+ * which then returns 1 at once, having run nothing (libuv's uv_stop). */
 void weft_loop_stop(weft_loop *loop);
 
 /* Frees a loop that is not running (called from inside the loop's own run,

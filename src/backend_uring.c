@@ -102,6 +102,8 @@ typedef struct multishot {
   int fd;
   uint8_t armed;    /* its request is in the kernel */
   uint8_t detached; /* weft_close: freed when the request has ended */
+  struct io_uring_sqe *sqe; /* its SQE, while it may not be submitted */
+  unsigned batch;           /* uring_state.batch when it was prepared */
   waitlist waiting; /* the calls waiting on it */
   struct multishot *next_detached;
 } multishot;
@@ -674,6 +676,19 @@ static multishot *ms_take(mstable *t, int fd) {
   return m;
 }
 
+/* m's request, if it was prepared in this batch and so not submitted yet,
+ * becomes a no-op in place: the kernel never sees it (no connection is
+ * taken, no byte read). Returns 1 if so: m is no longer armed. */
+static int ms_retract(uring_state *st, multishot *m) {
+  if (!m->armed || m->batch != st->batch)
+    return 0;
+  io_uring_prep_nop(m->sqe);
+  io_uring_sqe_set_data64(m->sqe, 0);
+  m->armed = 0;
+  st->narmed--;
+  return 1;
+}
+
 static void ms_detach(mstable *t, multishot *m) {
   m->detached = 1;
   m->next_detached = t->detached;
@@ -755,6 +770,8 @@ static void accept_arm(weft_loop *loop, uring_state *st, listener *l) {
   io_uring_prep_multishot_accept(sqe, l->ms.fd, NULL, NULL,
                                  SOCK_NONBLOCK | SOCK_CLOEXEC);
   io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)l | TAG_ACCEPT);
+  l->ms.sqe = sqe;
+  l->ms.batch = st->batch;
   l->ms.armed = 1;
   st->narmed++;
 }
@@ -844,7 +861,7 @@ static void listener_close(weft_loop *loop, uring_state *st, int fd) {
   listener *l = (listener *)ms_take(&st->ls, fd);
   if (!l)
     return;
-  if (!l->ms.armed) {
+  if (!l->ms.armed || ms_retract(st, &l->ms)) {
     listener_free(st, &l->ms);
     return;
   }
@@ -960,13 +977,15 @@ static void rx_arm(weft_loop *loop, uring_state *st, rx *r) {
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = RX_BGID;
   io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | TAG_RX);
+  r->ms.sqe = sqe;
+  r->ms.batch = st->batch;
   r->ms.armed = 1;
   r->stopping = 0;
   st->narmed++;
 }
 
 static void rx_stop(weft_loop *loop, uring_state *st, rx *r) {
-  if (!r->ms.armed || r->stopping)
+  if (!r->ms.armed || r->stopping || ms_retract(st, &r->ms))
     return;
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)r | TAG_RX, 0);
@@ -1130,7 +1149,7 @@ static void rx_close(weft_loop *loop, uring_state *st, int fd) {
   rx *r = (rx *)ms_take(&st->rxs, fd);
   if (!r)
     return;
-  if (!r->ms.armed) {
+  if (!r->ms.armed || ms_retract(st, &r->ms)) {
     rx_free(st, &r->ms);
     return;
   }
@@ -1316,6 +1335,25 @@ static void uring_forget(weft_loop *loop, int fd) {
   rx_close(loop, st, fd);
 }
 
+/* weft_close outside a task closes the fd at once, with requests for it
+ * perhaps prepared and not yet submitted (a turn that finds work waiting
+ * does not always enter the kernel). Submitted later, they would act on
+ * whatever file takes the number next: a recv would take another
+ * socket's bytes. So everything prepared goes to the kernel now, while
+ * the number is still the file they were made for; the tasks woken with
+ * -EBADF then cancel theirs (await_op). */
+static void uring_flush(weft_loop *loop) {
+  uring_state *st = state(loop);
+  while (io_uring_sq_ready(&st->ring)) {
+    st->batch++;
+    int rc = io_uring_submit(&st->ring);
+    if (rc == -EBUSY || rc == -EAGAIN)
+      reap(loop, st);
+    else if (rc < 0 && rc != -EINTR)
+      break;
+  }
+}
+
 static int uring_input_queued(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
   const rx *r = (const rx *)ms_at(&st->rxs, fd);
@@ -1379,16 +1417,27 @@ static void uring_quiesce(weft_loop *loop) {
   if (!st)
     return;
   st->draining = 1;
-  for (weft_task *t = loop->live; t; t = t->next_live)
-    if (t->io) {
-      struct io_uring_sqe *sqe = get_sqe(loop, st);
-      io_uring_prep_cancel(sqe, t->io, 0);
-      io_uring_sqe_set_data64(sqe, 0);
+  for (weft_task *t = loop->live; t; t = t->next_live) {
+    uring_op *u = t->io;
+    if (!u)
+      continue;
+    if (u->batch == st->batch && !u->retracted) {
+      /* Never submitted: it becomes a no-op in place, so a dropped task's
+       * recv takes no bytes, its send sends none (as in await_op). */
+      io_uring_prep_nop(u->sqe);
+      io_uring_sqe_set_data(u->sqe, u);
+      u->res = -ECANCELED;
+      u->retracted = 1;
+      continue;
     }
+    struct io_uring_sqe *sqe = get_sqe(loop, st);
+    io_uring_prep_cancel(sqe, u, 0);
+    io_uring_sqe_set_data64(sqe, 0);
+  }
   /* And the multishot requests: accepts, whose connections would leak as
    * fds, and recvs, which hold ring buffers. */
   for (size_t fd = 0; fd < st->ls.n; fd++)
-    if (st->ls.v[fd] && st->ls.v[fd]->armed)
+    if (st->ls.v[fd] && st->ls.v[fd]->armed && !ms_retract(st, st->ls.v[fd]))
       accept_cancel(loop, st, (listener *)st->ls.v[fd]);
   for (size_t fd = 0; fd < st->rxs.n; fd++)
     if (st->rxs.v[fd])
@@ -1425,6 +1474,7 @@ const weft__backend weft__backend_uring = {
     .per_wait = 1,
     .close = uring_close,
     .forget = uring_forget,
+    .flush = uring_flush,
     .input_queued = uring_input_queued,
     .file = uring_file,
     .quiesce = uring_quiesce,

@@ -732,6 +732,8 @@ int weft_close(int fd) {
     return loop->backend->close(loop, fd);
   if (loop && loop->backend->forget)
     loop->backend->forget(loop, fd);
+  if (loop && loop->backend->flush)
+    loop->backend->flush(loop);
   /* Linux frees the fd even when close fails with EINTR: never retry. */
   if (close(fd) < 0 && errno != EINTR)
     return -errno;

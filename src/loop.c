@@ -550,6 +550,10 @@ int weft_loop_run(weft_loop *loop) {
   if (!loop || loop->running || weft__loop_running ||
       !pthread_equal(loop->thread, pthread_self()))
     return -EINVAL;
+  if (loop->stop) { /* asked for before this run: it runs nothing */
+    loop->stop = 0;
+    return 1;
+  }
   int saved_errno = errno;
   int debug = debug_enabled();
   sig_guard guard;
@@ -565,8 +569,8 @@ int weft_loop_run(weft_loop *loop) {
   loop->slice_start = 0;
   if (debug)
     quit_open(loop);
-  loop->stop = 0;
   int rc = run_turns(loop);
+  loop->stop = 0; /* a stop is for the run it ends */
   loop->running = 0;
   weft__loop_running = NULL;
   weft__gen_running = saved_gen;

@@ -430,6 +430,140 @@ static void *waitall_main(void *arg) {
 
 static void test_waitall(void) { check_run(waitall_main, NULL); }
 
+/* ---- a number closed and reused under a call not yet made ------------- */
+/* A task's recv on `victim` waits (on io_uring, as a request prepared but
+ * perhaps not yet handed to the kernel); a callback closes victim and puts
+ * another socket, with data in it, at the same number. The recv must fail
+ * with -EBADF and the other socket keep its bytes: on io_uring the
+ * request, submitted after the close, once read them (the turns found
+ * work waiting and did not enter the kernel in between). */
+static int rv_a[2], rv_b[2], rv_victim, rv_pipe[2], rv_stop;
+static ssize_t rv_got;
+
+static void *rv_reader(void *arg) {
+  (void)arg;
+  char buf[16];
+  rv_got = weft_recv(rv_victim, buf, sizeof buf, 0);
+  return NULL;
+}
+
+static void rv_close(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_close(rv_victim), 0);
+  CHECK_EQ(dup2(rv_b[0], rv_victim), rv_victim);
+  if (rv_stop)
+    weft_loop_stop(weft_loop_current());
+}
+
+/* Queues the close, then stays busy; last, it lets rv_parked go. */
+static void *rv_spinner(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_call_soon(rv_close, NULL), 0);
+  for (int i = 0; i < 20; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(write(rv_pipe[1], "x", 1), 1);
+  return NULL;
+}
+
+static void *rv_yielder(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 20; i++)
+    CHECK_EQ(weft_yield(), 0);
+  return NULL;
+}
+
+/* Keeps an fd wait in the loop, so that busy turns look at I/O now and
+ * then (with no wait at all they never enter the kernel). */
+static void *rv_parked(void *arg) {
+  (void)arg;
+  char c;
+  return P(weft_read(rv_pipe[0], &c, 1));
+}
+
+static void reuse_case(int stop) {
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, rv_a), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, rv_b), 0);
+  CHECK_EQ(pipe(rv_pipe), 0);
+  CHECK_EQ(write(rv_b[1], "secret", 6), 6);
+  rv_victim = rv_a[0];
+  rv_stop = stop;
+  rv_got = 12345;
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_task *pk = weft_spawn(rv_parked, NULL);
+  CHECK(pk && weft_spawn(rv_reader, NULL) && weft_spawn(rv_spinner, NULL));
+  for (int i = 0; i < 300; i++) /* ahead of the reader once it is woken */
+    CHECK_EQ(weft_go(rv_yielder, NULL), 0);
+  if (stop) {
+    /* Stopped in the turn of the close and freed with the reader still
+     * parked: its recv is dropped, and takes nothing either. */
+    CHECK_EQ(weft_loop_run(loop), 1);
+    CHECK_EQ(rv_got, 12345);
+  } else {
+    void *res;
+    CHECK_EQ(weft_loop_run(loop), 0);
+    CHECK_EQ(weft_join(pk, &res), 0);
+    CHECK_EQ(I(res), 1);
+    CHECK_EQ(rv_got, -EBADF);
+  }
+  weft_loop_free(loop);
+  char buf[16];
+  CHECK_EQ(recv(rv_b[0], buf, sizeof buf, MSG_DONTWAIT), 6);
+  CHECK(memcmp(buf, "secret", 6) == 0);
+  close(rv_victim); /* now a copy of rv_b[0] */
+  close(rv_a[1]);
+  close(rv_b[0]);
+  close(rv_b[1]);
+  close(rv_pipe[0]);
+  close(rv_pipe[1]);
+}
+
+static void test_reuse(void) {
+  reuse_case(0);
+  reuse_case(1);
+}
+
+/* A recv whose task is dropped by weft_loop_free before the call was
+ * handed to the kernel (io_uring: the loop stopped in the same turn) takes
+ * no bytes: the data is the task's, if its call returned, or the
+ * socket's. (The ring's quiesce once submitted it, then cancelled it too
+ * late: the bytes were gone.) */
+static int dr_sv[2];
+static ssize_t dr_got;
+
+static void *dr_reader(void *arg) {
+  (void)arg;
+  char buf[16];
+  dr_got = weft_recv(dr_sv[0], buf, sizeof buf, 0);
+  return NULL;
+}
+
+static void *dr_stopper(void *arg) {
+  weft_loop_stop(arg);
+  return NULL;
+}
+
+static void test_dropped_recv(void) {
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, dr_sv), 0);
+  CHECK_EQ(write(dr_sv[1], "secret", 6), 6);
+  dr_got = 12345;
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(dr_reader, NULL) && weft_spawn(dr_stopper, loop));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  char buf[16];
+  ssize_t left = recv(dr_sv[0], buf, sizeof buf, MSG_DONTWAIT);
+  if (dr_got == 12345) /* dropped: the bytes are still there */
+    CHECK_EQ(left, 6);
+  else {
+    CHECK_EQ(dr_got, 6);
+    CHECK_EQ(left, -1);
+  }
+  close(dr_sv[0]);
+  close(dr_sv[1]);
+}
+
 static void test_outside_task(void) {
   char c;
   CHECK_EQ(weft_read(0, &c, 1), -EINVAL);
@@ -453,6 +587,8 @@ int main(void) {
   test_close_wakes();
   test_woken();
   test_waitall();
+  test_reuse();
+  test_dropped_recv();
   test_cancel();
   test_epipe();
   test_misc();

@@ -670,6 +670,21 @@ static void test_loops(void) {
   CHECK_EQ(I(r), 200);
   weft_loop_free(loop);
 
+  /* A stop before the run is kept: that run returns 1 at once and runs
+   * nothing; the next one runs the task (it was dropped once). */
+  loop = weft_loop_new(NULL);
+  CHECK(loop != NULL);
+  int early[1] = {0};
+  y = weft_spawn(count_forever, early);
+  CHECK(y != NULL);
+  weft_loop_stop(loop);
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(early[0], 0); /* not run */
+  CHECK_EQ(weft_go(stop_after, loop), 0);
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_GT(early[0], 0);
+  weft_loop_free(loop);
+
   /* weft_loop_free drops unfinished tasks without running them again. */
   loop = weft_loop_new(NULL);
   int counts[4] = {0};
