@@ -211,13 +211,15 @@ int weft_go(void *(*fn)(void *), void *arg);
  * non-NULL). Consumes the handle. Returns 0; -EINVAL if t is NULL, the
  * caller itself, already joined or detached, or if t has not finished and
  * the caller is not a task of t's loop (a finished task can be joined from
- * outside the loop's tasks too); -ECANCELED if the caller was cancelled
+ * outside the loop's tasks too, on its thread, not from another thread or
+ * another loop's code); -ECANCELED if the caller was cancelled
  * while waiting, or -ETIMEDOUT if a scope's deadline passed (t keeps
  * running and the handle stays valid: another task may join it). */
 int weft_join(weft_task *t, void **result);
 
 /* Gives up the handle: the task's record is recycled when it finishes.
- * Returns 0, or -EINVAL if t is NULL, already joined or detached. */
+ * Returns 0, or -EINVAL if t is NULL, already joined or detached, or the
+ * caller is another thread or another loop's code. */
 int weft_detach(weft_task *t);
 
 /* The running task, or NULL outside any task. */
@@ -233,7 +235,8 @@ int weft_yield(void);
  * does every later one until t finishes (level-triggered), except inside a
  * shielded scope (see Cancel scopes). A task cancelled before it first ran
  * sees -ECANCELED at its first blocking call. Returns 0, -ESRCH if t has
- * already finished, -EINVAL if t is NULL. */
+ * already finished, -EINVAL if t is NULL or the caller is another thread
+ * or another loop's code (weft_call_soon_threadsafe reaches t's loop). */
 int weft_cancel(weft_task *t);
 
 /* The task's id (unique in the process, counting from 1) and name (NULL if
@@ -415,13 +418,13 @@ ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
 ssize_t weft_write_all(int fd, const void *buf, size_t len);
 
 /* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC. `addr` and `addrlen` may be
- * NULL. When the process is out of file descriptors (EMFILE, ENFILE) it
- * keeps the listener alive and the CPU idle: it drops the pending
- * connection (using a spare fd it keeps for this), waits (1 ms, doubling up
- * to 100 ms while it lasts) and tries again; it returns once a connection could
- * be accepted. ENOBUFS and ENOMEM back off the same way, dropping nothing;
- * a connection reset while queued (ECONNABORTED, EPROTO) is passed over.
- * Returns the new fd or a negative errno. */
+ * NULL (`addr` without `addrlen`: -EFAULT, as accept4 says). When the process
+ * is out of file descriptors (EMFILE, ENFILE) it keeps the listener alive and
+ * the CPU idle: it drops the pending connection (using a spare fd it keeps for
+ * this), waits (1 ms, doubling up to 100 ms while it lasts) and tries again; it
+ * returns once a connection could be accepted. ENOBUFS and ENOMEM back off the
+ * same way, dropping nothing; a connection reset while queued (ECONNABORTED,
+ * EPROTO) is passed over. Returns the new fd or a negative errno. */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Connects fd (made non-blocking) and waits for the result: 0 or a negative
@@ -629,8 +632,10 @@ typedef struct weft_scope {
 
 /* Enters s in the calling task, with an absolute deadline on the weft_now()
  * clock (WEFT_NEVER: none). Outside a task, s is marked unusable and
- * weft_scope_exit returns -EINVAL. Costs no system call and, until a
- * blocking call inside would outlast the deadline, no timer. */
+ * weft_scope_exit returns -EINVAL. A scope the task has entered already
+ * is left as it is (its deadline too): entering it again does nothing. Costs no
+ * system call and, until a blocking call inside would outlast the deadline, no
+ * timer. */
 void weft_scope_enter(weft_scope *s, int64_t deadline);
 
 /* Leaves s. Returns -ETIMEDOUT if its deadline was reached by a blocking
@@ -673,7 +678,8 @@ weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg);
  * cancelled) and the children are waited for all the same: no child
  * outlives its group's wait. -ENOMEM (a deadline's timer) cancels nothing:
  * the children run on. -EINVAL if g is NULL, the caller is not a task of
- * g's loop, or another task is in weft_group_wait on g. */
+ * g's loop, or another task is in weft_group_wait on g; -EDEADLK if the
+ * caller is a child of g (it would wait for itself). */
 int weft_group_wait(weft_group *g);
 
 /* Cancels every child of g still running, and those spawned into it
@@ -707,8 +713,9 @@ weft_chan *weft_chan_new(size_t elem_size, size_t capacity);
 /* Sends a copy of *elem: waits for room (buffered) or for a receiver
  * (unbuffered). Returns 0; -EPIPE if the channel is closed (before or
  * while waiting: the element was not sent); -ECANCELED, -ETIMEDOUT;
- * -EINVAL (NULL; outside a task when it would have to wait; a task of
- * another loop, even when it could be done at once). */
+ * -EINVAL (NULL; outside a task when it would have to wait; another
+ * loop's task or callback, or another thread, even when it could be done
+ * at once). */
 int weft_chan_send(weft_chan *c, const void *elem);
 
 /* Receives into *elem: waits for an element. Returns 0; -EPIPE once the
@@ -716,15 +723,20 @@ int weft_chan_send(weft_chan *c, const void *elem);
 int weft_chan_recv(weft_chan *c, void *elem);
 
 /* The same without waiting: -EAGAIN where they would wait. They may be
- * called outside a task (but not from a task of another loop: -EINVAL). */
+ * called outside a task, on the loop's thread (from another loop's task or
+ * callback, or from another thread: -EINVAL). */
 int weft_chan_try_send(weft_chan *c, const void *elem);
 int weft_chan_try_recv(weft_chan *c, void *elem);
 
 /* Closes c: pending and later sends get -EPIPE; receivers get what is
- * buffered, then -EPIPE. Closing twice is harmless. NULL is ignored. */
+ * buffered, then -EPIPE. Closing twice is harmless. NULL is ignored; so is
+ * a call from another thread or another loop's code (with a line on
+ * stderr): it would race with c's loop. */
 void weft_chan_close(weft_chan *c);
 
-/* Closes c (waking its waiters with -EPIPE) and frees it. NULL is ignored. */
+/* Closes c (waking its waiters with -EPIPE) and frees it. It may be called
+ * after c's loop was freed. NULL is ignored, and so is a call from another
+ * thread or another loop's code (with a line on stderr). */
 void weft_chan_free(weft_chan *c);
 
 /* Elements buffered now, and the capacity. */
@@ -896,7 +908,8 @@ weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
 /* Queues msg for the actor; waits only when its mailbox is bounded and
  * full. Returns 0; -ENOENT (no such actor, or it has ended, also while
  * this send waited: msg was not queued); -ENOMEM; -EINVAL (NULL, no loop,
- * a task of another loop, or it would have to wait outside a task). A
+ * another loop's code or another thread, or it would have to wait outside
+ * a task). A
  * send to a bounded mailbox is a cancellation point: -ECANCELED,
  * -ETIMEDOUT (not queued), and -EDEADLK for an actor sending to its own
  * full mailbox. An unbounded send never waits, is not a cancellation

@@ -448,7 +448,7 @@ static int send_bounded(weft_actor *a, void *msg) {
 static int send_to(weft_actor *a, void *msg) {
   if (!a)
     return -ENOENT;
-  if (weft__loop_running && weft__loop_running != a->loop)
+  if (!weft__callers(a->loop, a->loop->thread))
     return -EINVAL;
   if (!a->bound)
     return deliver(a, msg);

@@ -1219,8 +1219,9 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
      * could not take either). */
     if (ok && c >= 0 && op->addr &&
         getpeername((int)c, op->addr, op->addrlen) < 0) {
+      int err = errno;
       close((int)c);
-      return -ECONNABORTED;
+      return err == ENOTCONN ? -ECONNABORTED : -err;
     }
     if (ok)
       return c;

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct select_wait select_wait;
@@ -50,6 +51,7 @@ struct select_wait {
 
 struct weft_chan {
   weft_loop *loop;
+  pthread_t thread; /* the loop's (the channel may outlive the loop) */
   size_t elem_size, cap;
   unsigned char *ring; /* cap elements */
   size_t head, len;
@@ -190,6 +192,7 @@ weft_chan *weft_chan_new(size_t elem_size, size_t capacity) {
     return NULL;
   }
   c->loop = loop;
+  c->thread = loop->thread;
   c->elem_size = elem_size;
   c->cap = capacity;
   return c;
@@ -218,10 +221,10 @@ static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
 static inline __attribute__((always_inline)) int chan_op(weft_chan *c,
                                                          void *elem, int op) {
   weft_task *t = weft__running_task();
-  /* A task of another loop: -EINVAL even when it could be done at once
-   * (it would wake a task of the other loop, perhaps on another thread),
-   * as weft_select says. */
-  if (!c || !elem || (t && t->loop != c->loop))
+  /* Another loop's task or callback, another thread: -EINVAL even when it
+   * could be done at once (it would wake a task of the other loop, perhaps
+   * on another thread), as weft_select says. */
+  if (!c || !elem || !weft__callers(c->loop, c->thread))
     return -EINVAL;
   int rc = t ? weft__checkpoint() : 0;
   if (rc < 0)
@@ -248,10 +251,10 @@ CHAN_ENTRY int weft_chan_recv(weft_chan *c, void *elem) {
   return chan_op(c, elem, WEFT_RECV);
 }
 
-/* A task of another loop is refused here too, as by send and recv. */
+/* Another loop's code, or another thread, is refused here too, as by send
+ * and recv. */
 static int foreign(const weft_chan *c) {
-  weft_task *t = weft__running_task();
-  return t && t->loop != c->loop;
+  return !weft__callers(c->loop, c->thread);
 }
 
 CHAN_ENTRY int weft_chan_try_send(weft_chan *c, const void *elem) {
@@ -266,8 +269,20 @@ CHAN_ENTRY int weft_chan_try_recv(weft_chan *c, void *elem) {
   return recv_now(c, elem);
 }
 
+/* close and free from another thread (or another loop's code) would race
+ * with the loop: they do nothing, and say so. */
+static int refused(const weft_chan *c, const char *what) {
+  if (!foreign(c))
+    return 0;
+  fprintf(stderr,
+          "weft: %s from another thread or loop than the channel's: "
+          "ignored\n",
+          what);
+  return 1;
+}
+
 void weft_chan_close(weft_chan *c) {
-  if (!c || c->closed)
+  if (!c || c->closed || refused(c, "weft_chan_close"))
     return;
   c->closed = 1;
   /* Receivers wait only on an empty ring: they all get -EPIPE now. */
@@ -278,7 +293,7 @@ void weft_chan_close(weft_chan *c) {
 }
 
 void weft_chan_free(weft_chan *c) {
-  if (!c)
+  if (!c || refused(c, "weft_chan_free"))
     return;
   weft_chan_close(c);
   weft__free(c->ring);

@@ -146,7 +146,12 @@ static int wait_children(weft_group *g) {
 
 int weft_group_wait(weft_group *g) {
   weft_task *self = weft__running_task();
-  if (!g || !self || self->loop != g->loop || g->waiter)
+  if (!g || !self || self->loop != g->loop)
+    return -EINVAL;
+  /* A child would wait for itself: for ever (as weft_join of oneself). */
+  if (self->on_exit == child_exit && self->on_exit_arg == g)
+    return -EDEADLK;
+  if (g->waiter)
     return -EINVAL;
   g->waiter = self;
   int rc = weft__checkpoint();

@@ -270,6 +270,17 @@ uint32_t *weft__gen_scopes(weft_gen *g);
 /* The loop running on this thread, or NULL outside weft_loop_run. */
 extern WEFT__TLS weft_loop *weft__loop_running;
 
+/* Whether the caller may use an object of `loop`, which was made on
+ * `thread` (a task, a channel, an actor): it is on that thread, running no
+ * other loop. From anywhere else weft_call_soon_threadsafe is the way in;
+ * the calls that check this refuse (-EINVAL) rather than race with the
+ * loop. The thread is passed apart from the loop for objects that may
+ * outlive it (a channel: the loop is then not read). */
+static inline int weft__callers(const weft_loop *loop, pthread_t thread) {
+  return weft__loop_running ? weft__loop_running == loop
+                            : pthread_equal(thread, pthread_self());
+}
+
 /* Suspends the running task until weft__wake(t, rc) and returns rc; `what`
  * shows in weft_dump. If the task is cancelled while parked, undo(t, arg)
  * takes it off what it waited on and park returns -ECANCELED; if it was

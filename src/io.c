@@ -619,6 +619,10 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
   weft_loop *loop = weft__loop_running;
   if (!weft__running_task())
     return -EINVAL;
+  /* accept4's own answer on every backend (io_uring's multishot accept
+   * asks getpeername for the address, which cannot tell this apart). */
+  if (addr && !addrlen)
+    return -EFAULT;
   /* The spare is taken while fds are still to be had. */
   if (loop->spare_fd < 0)
     loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);

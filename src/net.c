@@ -81,6 +81,18 @@ static int bind_listen(int fd, const struct sockaddr *addr, socklen_t len,
 typedef int (*ready_fn)(int fd, const struct sockaddr *addr, socklen_t len,
                         int arg);
 
+/* The addresses of a name, held while `ready` may wait (a connect): a
+ * loop freed meanwhile frees them. */
+typedef struct {
+  weft__held h;
+  struct addrinfo *res;
+} held_addrs;
+
+static void drop_addrs(weft_loop *loop, weft__held *h) {
+  (void)loop;
+  freeaddrinfo(((held_addrs *)h)->res);
+}
+
 static int socket_on(const char *host, int port, int type, int passive,
                      ready_fn ready, int arg) {
   struct sockaddr_storage ss;
@@ -101,6 +113,8 @@ static int socket_on(const char *host, int port, int type, int passive,
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   if ((rc = weft_getaddrinfo(host, service, &hints, &res)) < 0)
     return rc;
+  held_addrs held = {.res = res};
+  weft__hold(&held.h, drop_addrs);
   rc = -ENOENT;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     int fd = new_socket(ai->ai_family, type);
@@ -112,6 +126,7 @@ static int socket_on(const char *host, int port, int type, int passive,
     if (rc >= 0 || rc == -ECANCELED || rc == -ETIMEDOUT)
       break;
   }
+  weft__unhold(&held.h);
   freeaddrinfo(res);
   return rc;
 }

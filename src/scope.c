@@ -72,6 +72,12 @@ void weft_scope_enter(weft_scope *s, int64_t deadline) {
   weft_task *t = weft__running_task();
   if (!s)
     return;
+  /* Entered already in this task: linking it again would make the chain
+   * a cycle, which every walk of it would go round for ever. */
+  if (t)
+    for (const weft_scope *x = t->scope; x; x = x->priv_outer)
+      if (x == s)
+        return;
   s->priv_timer = NULL;
   s->priv_deadline = deadline;
   if (!t) {

@@ -591,7 +591,8 @@ static void undo_join(weft_task *joiner, void *arg) {
 
 int weft_join(weft_task *h, void **result) {
   weft_task *t = record_of(h), *self = running_task();
-  if (!t || t == self || (t->flags & (TASK_DETACHED | TASK_JOINING)))
+  if (!t || t == self || !weft__callers(t->loop, t->loop->thread) ||
+      (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   if (t->state != TASK_DONE) {
     /* Waiting needs a task of the same loop; outside, t must be done. */
@@ -617,7 +618,8 @@ int weft_join(weft_task *h, void **result) {
 
 int weft_detach(weft_task *h) {
   weft_task *t = record_of(h);
-  if (!t || (t->flags & (TASK_DETACHED | TASK_JOINING)))
+  if (!t || !weft__callers(t->loop, t->loop->thread) ||
+      (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   if (t->state == TASK_DONE)
     record_free(t->loop, t);
@@ -653,6 +655,8 @@ int weft_cancel(weft_task *h) {
   if (!h)
     return -EINVAL;
   weft_task *t = record_of(h);
+  if (t && !weft__callers(t->loop, t->loop->thread))
+    return -EINVAL;
   if (!t || t->state == TASK_DONE)
     return -ESRCH; /* a stale handle names a task that ended */
   weft__task_cancel(t);

@@ -646,8 +646,24 @@ static void *wait_foreign(void *arg) {
   return NULL;
 }
 
+/* A child waiting for its own group would wait for itself (it once spun
+ * for ever: the deadlock rule cancelled it, and the wait's shielded loop
+ * went round again). */
+static void *wait_own_group(void *arg) {
+  CHECK_EQ(weft_group_wait(arg), -EDEADLK);
+  return NULL;
+}
+
 static void *misuse_main(void *arg) {
   (void)arg;
+  /* With its group waited for, and without. */
+  weft_group *own = weft_group_new();
+  CHECK(own && weft_group_spawn(own, wait_own_group, own));
+  CHECK_EQ(weft_group_wait(own), 0);
+  CHECK(weft_group_spawn(own, wait_own_group, own));
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_group_wait(own), 0);
+  weft_group_free(own);
   CHECK_EQ(weft_group_wait(NULL), -EINVAL);
   weft_group_cancel(NULL);
   weft_group_free(NULL);

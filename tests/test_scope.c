@@ -566,6 +566,28 @@ static void *out_of_order(void *arg) {
   return NULL;
 }
 
+/* Entered twice (directly, and with another scope between): the second
+ * enter does nothing. It once linked the scope to itself, and the next
+ * blocking call went round the chain for ever. */
+static void *entered_twice(void *arg) {
+  (void)arg;
+  weft_scope s, mid;
+  int64_t d = weft_now() + WEFT_MS(20);
+  weft_scope_enter(&s, d);
+  weft_scope_enter(&s, WEFT_NEVER); /* its deadline stays */
+  CHECK_EQ(weft_yield(), 0);
+  weft_scope_enter(&mid, WEFT_NEVER);
+  weft_scope_enter(&s, WEFT_NEVER);
+  CHECK_EQ(weft_scope_exit(&s), -EINVAL); /* mid is the innermost */
+  CHECK_EQ(weft_scope_exit(&mid), 0);
+  CHECK_EQ(weft_sleep(FOREVER), -ETIMEDOUT);
+  check_reached(d);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -EINVAL);
+  CHECK_EQ(weft_sleep(0), 0);
+  return NULL;
+}
+
 static void *foreign_exit(void *arg) {
   CHECK_EQ(weft_scope_exit(arg), -EINVAL); /* not this task's */
   return NULL;
@@ -598,6 +620,7 @@ static void test_misuse(void) {
   CHECK_EQ(weft_loop_run(loop), 0);
   weft_loop_free(loop);
   run(out_of_order, NULL);
+  run(entered_twice, NULL);
   run(other_task_exits, NULL);
 }
 

@@ -509,6 +509,62 @@ static void free_off_thread(void) {
   printf("  weft_loop_free from another thread: refused, said: ok\n");
 }
 
+/* A loop's objects used from another thread are refused, not raced on:
+ * a channel (try_send once returned 0 from a plain thread, and an actor's
+ * send_to overflowed its mailbox under ASan), a finished task's handle. */
+static weft_chan *ft_chan;
+static weft_task *ft_task;
+static weft_actor *ft_actor;
+
+static void *ft_done(void *arg) { return arg; }
+
+static void *ft_actor_body(void *arg) {
+  (void)arg;
+  void *msg;
+  CHECK_EQ(weft_actor_recv(&msg), 0);
+  CHECK(msg == (void *)7);
+  return NULL;
+}
+
+static void *ft_other_thread(void *arg) {
+  (void)arg;
+  int v = 1;
+  CHECK_EQ(weft_chan_try_send(ft_chan, &v), -EINVAL);
+  CHECK_EQ(weft_chan_try_recv(ft_chan, &v), -EINVAL);
+  CHECK_EQ(weft_chan_send(ft_chan, &v), -EINVAL);
+  weft_chan_close(ft_chan); /* ignored, with a line on stderr */
+  CHECK_EQ(weft_actor_send_to(ft_actor, (void *)8), -EINVAL);
+  CHECK_EQ(weft_join(ft_task, NULL), -EINVAL);
+  CHECK_EQ(weft_detach(ft_task), -EINVAL);
+  CHECK_EQ(weft_cancel(ft_task), -EINVAL);
+  return NULL;
+}
+
+static void foreign_thread(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  ft_chan = weft_chan_new(sizeof(int), 1);
+  ft_task = weft_spawn(ft_done, (void *)5);
+  ft_actor = weft_actor_spawn("ft", ft_actor_body, NULL);
+  CHECK(ft_chan && ft_task && ft_actor);
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, ft_other_thread, NULL), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0);
+  /* Nothing changed: the channel is open and empty, the task joinable. */
+  int v = 3;
+  CHECK_EQ(weft_chan_try_send(ft_chan, &v), 0);
+  CHECK_EQ(weft_chan_try_recv(ft_chan, &v), 0);
+  CHECK_EQ(v, 3);
+  CHECK_EQ(weft_actor_send_to(ft_actor, (void *)7), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  void *r;
+  CHECK_EQ(weft_join(ft_task, &r), 0);
+  CHECK(r == (void *)5);
+  weft_chan_free(ft_chan);
+  weft_loop_free(loop);
+  printf("  a loop's objects from another thread: refused: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   main_thread = pthread_self();
@@ -534,6 +590,7 @@ int main(void) {
   two_loops();
   pool_jobs();
   free_off_thread();
+  foreign_thread();
   alarm(0);
   CHECK_EQ(check_fd_count(), fds);
   struct rusage ru;
