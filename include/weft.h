@@ -212,9 +212,10 @@ int weft_go(void *(*fn)(void *), void *arg);
  * caller itself, already joined or detached, or if t has not finished and
  * the caller is not a task of t's loop (a finished task can be joined from
  * outside the loop's tasks too, on its thread, not from another thread or
- * another loop's code); -ECANCELED if the caller was cancelled
- * while waiting, or -ETIMEDOUT if a scope's deadline passed (t keeps
- * running and the handle stays valid: another task may join it). */
+ * another loop's code); -ECANCELED if the caller is cancelled, or
+ * -ETIMEDOUT if a scope's deadline has passed, before or while it waits,
+ * even when t has finished (t keeps running if it had not, and the handle
+ * stays valid: another task may join it). */
 int weft_join(weft_task *t, void **result);
 
 /* Gives up the handle: the task's record is recycled when it finishes.
@@ -384,10 +385,14 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
  *
  * A file descriptor given to them is made non-blocking (O_NONBLOCK) on first
  * use; the ones weft creates are non-blocking and close-on-exec from the
- * start. Close with weft_close an fd that weft has waited on: it wakes the
+ * start. Close with weft_close every fd a weft call has used: it wakes the
  * tasks still waiting on it with -EBADF and forgets the fd; a task already
  * woken for it but not yet resumed gets -EBADF too, whatever file takes
- * the number next. A number that names no open fd is -EBADF. All of these
+ * the number next. weft keeps what it learnt of an fd (its kind, its
+ * registration with epoll) until weft_close: after a plain close(2), a
+ * new fd that the program opens at the same number is taken for the old
+ * one, and a wait on it may never end. (fds weft creates itself reset the
+ * entry.) A number that names no open fd is -EBADF. All of these
  * but weft_close must be called from a task (else -EINVAL); weft_close
  * works anywhere.
  */

@@ -519,13 +519,21 @@ static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
  * completes, and returns its result. Cancelled, timed out or closed
  * meanwhile, it asks the kernel to cancel the request, waits for its
  * completion all the same, and returns the request's result if it
- * succeeded after all, else why it stopped. */
+ * succeeded after all, else why it stopped. A file's request (`file`) is
+ * not stopped by a close of its fd: as on the pool, it completes, and the
+ * ring's close comes after it. */
 static int await_op(weft_loop *loop, uring_state *st, uring_op *u,
-                    struct io_uring_sqe *sqe, int what, int fd) {
+                    struct io_uring_sqe *sqe, int what, int fd, int file) {
   op_start(st, u, sqe, fd);
-  weft__waiter_link(loop, &u->w);
-  u->linked = 1;
+  if (file) {
+    loop->nwaiters++; /* the loop waits for it all the same */
+  } else {
+    weft__waiter_link(loop, &u->w);
+    u->linked = 1;
+  }
   int rc = weft__park(what, fd, undo_op, u);
+  if (file)
+    loop->nwaiters--;
   if (u->done && (rc == 0 || u->res >= 0))
     return u->res;
   /* Stopped early: u is off the fd's list (undo, or weft_close). */
@@ -557,7 +565,7 @@ static int await_ready(weft_loop *loop, uring_state *st, int fd, int dir) {
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_poll_add(sqe, fd, dir == WEFT_READ ? POLLIN : POLLOUT);
   int rc = await_op(loop, st, &u, sqe,
-                    dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd);
+                    dir == WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd, 0);
   return rc < 0 ? rc : 0;
 }
 
@@ -807,8 +815,17 @@ static void accept_done(weft_loop *loop, uring_state *st, listener *l, int res,
         close(res); /* out of memory: the client sees the end */
       if (l->len >= LISTEN_QUEUE_MAX && l->ms.armed)
         accept_cancel(loop, st, l);
-    } else
-      l->err = -res; /* for the next call (EMFILE...) */
+      /* weft_wait_fd on the listener sees the queue: its poll may not,
+       * the kernel's backlog being empty now. */
+      if (!st->draining)
+        weft__fd_event(loop, l->ms.fd, WEFT_READ);
+    } else if (res != -EMFILE && res != -ENFILE && res != -ENOBUFS &&
+               res != -ENOMEM) {
+      l->err = -res; /* for the next call */
+    }
+    /* (Out of fds or memory with no call waiting: the connection stays in
+     * the kernel's backlog, and the next call asks again. Kept for it,
+     * the error made weft_accept drop a connection it could take.) */
   }
   if (!l->ms.armed && l->ms.waiting.first && !l->err && !st->draining)
     accept_arm(loop, st, l);
@@ -826,6 +843,20 @@ static void undo_accept(weft_task *t, void *arg) {
    * call). */
   if (!l->ms.waiting.first && l->ms.armed)
     accept_cancel(t->loop, state(t->loop), l);
+}
+
+/* A connection handed to a waiting call whose task has not run yet is the
+ * task's: a loop freed before it runs closes it (weft__hold). */
+typedef struct {
+  weft__held h;
+  uring_op *u;
+} held_accept;
+
+static void drop_accepted(weft_loop *loop, weft__held *h) {
+  uring_op *u = ((held_accept *)h)->u;
+  (void)loop;
+  if (u->done && u->res >= 0)
+    close(u->res);
 }
 
 /* weft_accept: from the listener's queue, or wait for the multishot
@@ -850,7 +881,10 @@ static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
   if (!l->ms.armed)
     accept_arm(loop, st, l);
   uring_op u = {.l = l};
+  held_accept held = {.u = &u};
+  weft__hold(&held.h, drop_accepted);
   int rc = waitlist_park(loop, &l->ms.waiting, &u, fd, undo_accept);
+  weft__unhold(&held.h);
   /* The fd, also if cancelled since: it is the caller's. */
   return rc == 1 ? u.res : rc;
 }
@@ -1215,13 +1249,20 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     int ok;
     ssize_t c = accept_multishot(loop, st, fd, &ok);
     /* A multishot request cannot give each connection's address: the
-     * connection tells it (one that went away meanwhile is one accept
-     * could not take either). */
+     * connection tells it. One reset since it was taken no longer can,
+     * but what its peer sent is still to be read (accept4 would return it
+     * too, with the address): it comes with no address (length 0,
+     * AF_UNSPEC). */
     if (ok && c >= 0 && op->addr &&
         getpeername((int)c, op->addr, op->addrlen) < 0) {
       int err = errno;
-      close((int)c);
-      return err == ENOTCONN ? -ECONNABORTED : -err;
+      if (err != ENOTCONN) {
+        close((int)c);
+        return -err;
+      }
+      if (*op->addrlen >= sizeof(sa_family_t))
+        op->addr->sa_family = AF_UNSPEC;
+      *op->addrlen = 0;
     }
     if (ok)
       return c;
@@ -1287,7 +1328,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
     default: io_uring_prep_nop(sqe); break;
     }
     uring_op u;
-    ssize_t n = await_op(loop, st, &u, sqe, what, fd);
+    ssize_t n = await_op(loop, st, &u, sqe, what, fd, 0);
     if (st->valgrind)
       note_written(op, &msg, n);
     if (n >= 0) {
@@ -1405,7 +1446,7 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
   }
   uring_op u;
   ssize_t n = await_op(loop, st, &u, sqe,
-                       op == FILE_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd);
+                       op == FILE_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd, 1);
   if (st->valgrind && op == FILE_READ && n > 0)
     KERNEL_WROTE(buf, (size_t)n);
   return n;

@@ -507,7 +507,7 @@ static __attribute__((noinline)) ssize_t recv_all(weft__op *op) {
   weft_loop *loop = weft__loop_running;
   if (!loop || !loop->current)
     return -EINVAL;
-  if (loop->io != weft__io_readiness || (op->flags & (MSG_DONTWAIT | MSG_PEEK)))
+  if (loop->io != weft__io_readiness || (op->flags & MSG_DONTWAIT))
     return loop->io(loop, op);
   char *buf = op->buf;
   size_t len = op->len, done = 0;
@@ -523,10 +523,20 @@ static __attribute__((noinline)) ssize_t recv_all(weft__op *op) {
   return (ssize_t)done; /* a datagram is whole in one call */
 }
 
+/* MSG_WAITALL with MSG_PEEK: what is there, on every backend (io_uring's
+ * kernel retries a short peek into the rest of the buffer, which peeks the
+ * same bytes again). */
+static inline int peek_flags(int flags) {
+  return flags & MSG_PEEK ? flags & ~MSG_WAITALL : flags;
+}
+
 WEFT__HOT ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
-  weft__op op = {
-      .kind = OP_RECV, .fd = fd, .buf = buf, .len = len, .flags = flags};
-  if (__builtin_expect(flags & MSG_WAITALL, 0))
+  weft__op op = {.kind = OP_RECV,
+                 .fd = fd,
+                 .buf = buf,
+                 .len = len,
+                 .flags = peek_flags(flags)};
+  if (__builtin_expect(op.flags & MSG_WAITALL, 0))
     return recv_all(&op);
   return run_op(&op, OP_RECV);
 }
@@ -546,7 +556,7 @@ ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
                  .fd = fd,
                  .buf = buf,
                  .len = len,
-                 .flags = flags,
+                 .flags = peek_flags(flags),
                  .addr = addr,
                  .addrlen = addrlen};
   return run_op(&op, OP_RECVFROM);

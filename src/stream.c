@@ -326,12 +326,16 @@ static ssize_t write_in(weft_stream *s, const void *buf, size_t len) {
 
 /* A call starts: -EBUSY if another task's call of its kind (*busy) is in
  * flight, -EBADF once a close has begun (a call in flight then gets it
- * from the closed fd). */
+ * from the closed fd). It is a cancellation point even when the buffer
+ * could serve it: -ECANCELED, -ETIMEDOUT, nothing consumed or queued. */
 static int enter(const weft_stream *s, uint8_t *busy) {
   if (s->closed)
     return -EBADF;
   if (*busy)
     return -EBUSY;
+  int rc = weft__running_task() ? weft__checkpoint() : 0;
+  if (rc < 0)
+    return rc;
   *busy = 1;
   return 0;
 }

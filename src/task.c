@@ -594,13 +594,17 @@ int weft_join(weft_task *h, void **result) {
   if (!t || t == self || !weft__callers(t->loop, t->loop->thread) ||
       (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
+  /* A cancellation point even when t is done (the handle stays then). */
+  int rc = self ? weft__checkpoint() : 0;
+  if (rc < 0)
+    return rc;
   if (t->state != TASK_DONE) {
     /* Waiting needs a task of the same loop; outside, t must be done. */
     if (!self || self->loop != t->loop)
       return -EINVAL;
     t->flags |= TASK_JOINING;
     t->joiner = self;
-    int rc = weft__park(WAIT_JOIN, (int64_t)t->id, undo_join, t);
+    rc = weft__park(WAIT_JOIN, (int64_t)t->id, undo_join, t);
     if (rc < 0) {
       /* Cancelled: park may have returned without parking (and so without
        * calling the undo), so take the claim back here as well; but only

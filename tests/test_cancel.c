@@ -1031,6 +1031,50 @@ static void *self_cancel_main(void *arg) {
   return NULL;
 }
 
+/* Calls that could complete at once are cancellation points all the same,
+ * and do not happen: a join of a finished task (the handle stays), stream
+ * calls the buffer could serve (nothing consumed, nothing queued). They
+ * once returned their result. */
+static void *finishes(void *arg) { return arg; }
+
+static void *could_complete_main(void *arg) {
+  (void)arg;
+  weft_task *t = weft_spawn(finishes, (void *)9);
+  CHECK(t);
+  CHECK_EQ(weft_yield(), 0); /* t has finished */
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  CHECK_EQ(write(sv[1], "one\ntwo\n", 8), 8);
+  weft_stream *s = weft_stream_new(sv[0], 64);
+  CHECK(s);
+  char buf[16];
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 4); /* "two" buffered */
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() - 1);
+  void *r;
+  CHECK_EQ(weft_join(t, &r), -ETIMEDOUT);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), -ETIMEDOUT);
+  CHECK_EQ(weft_stream_read(s, buf, 2), -ETIMEDOUT);
+  CHECK_EQ(weft_stream_read_exact(s, buf, 2), -ETIMEDOUT);
+  CHECK_EQ(weft_stream_write(s, "x", 1), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+  CHECK_EQ(weft_join(t, &r), 0);
+  CHECK(r == (void *)9);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 4);
+  CHECK(memcmp(buf, "two\n", 4) == 0);
+  CHECK_EQ(weft_stream_flush(s), 0); /* nothing was queued */
+  CHECK_EQ(recv(sv[1], buf, sizeof buf, MSG_DONTWAIT), -1);
+  t = weft_spawn(finishes, NULL);
+  CHECK(t);
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_cancel(weft_self()), 0);
+  CHECK_EQ(weft_join(t, NULL), -ECANCELED);
+  CHECK_EQ(weft_detach(t), 0); /* the handle stayed valid */
+  CHECK_EQ(weft_stream_close(s), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  return NULL;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
     int fds = check_fd_count();
@@ -1040,6 +1084,7 @@ int main(void) {
   run_case("write_all cancelled midway", write_all_main, NULL);
   run_case("weft_cancel's -ESRCH", esrch_main, NULL);
   run_case("a task cancels itself", self_cancel_main, NULL);
+  run_case("calls that could complete at once", could_complete_main, NULL);
   CHECK_EQ(check_fd_count(), fds);
   printf("test_cancel: ok\n");
   return 0;

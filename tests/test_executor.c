@@ -1803,6 +1803,42 @@ static void *stale_main(void *arg) {
   return NULL;
 }
 
+/* A file call in flight when another task closes the fd completes, and
+ * the close comes after it, on every backend (io_uring made the calls
+ * -EBADF and did none of them). */
+static int inflight_fd;
+static void *inflight_read(void *arg) {
+  (void)arg;
+  char buf[64];
+  return P(weft_file_read(inflight_fd, buf, sizeof buf, 0));
+}
+static void *inflight_write(void *arg) {
+  (void)arg;
+  return P(weft_file_write(inflight_fd, "hello", 5, 0));
+}
+
+static void *file_close_inflight_main(void *arg) {
+  (void)arg;
+  void *r;
+  inflight_fd = weft_file_open(path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+  CHECK_GE(inflight_fd, 0);
+  weft_task *w = weft_spawn(inflight_write, NULL);
+  CHECK(w);
+  CHECK_EQ(weft_yield(), 0); /* the write is under way */
+  CHECK_EQ(weft_file_close(inflight_fd), 0);
+  CHECK_EQ(weft_join(w, &r), 0);
+  CHECK_EQ(I(r), 5);
+  inflight_fd = weft_file_open(path, O_RDONLY, 0);
+  CHECK_GE(inflight_fd, 0);
+  weft_task *rd = weft_spawn(inflight_read, NULL);
+  CHECK(rd);
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_file_close(inflight_fd), 0);
+  CHECK_EQ(weft_join(rd, &r), 0);
+  CHECK_EQ(I(r), 5);
+  return NULL;
+}
+
 static void test_files(void) {
   snprintf(dir, sizeof dir, "/tmp/weft-exec-XXXXXX");
   CHECK(mkdtemp(dir));
@@ -1819,6 +1855,7 @@ static void test_files(void) {
     CHECK_EQ((unsigned char)rbuf[i], 0xAA);
   run("file open cancelled", file_cancel_open_main, NULL);
   run("file close cancelled", file_cancel_close_main, NULL);
+  run("file calls in flight at a close", file_close_inflight_main, NULL);
   run("deadlines passing as file calls start", deadline_race_main, NULL);
   test_deferred_close();
   test_handed();
