@@ -357,7 +357,8 @@ const char *weft_loop_backend(const weft_loop *loop);
  * weft_call_soon_threadsafe that will complete a future) takes a reference
  * first, and the loop then waits for it instead. Both may be called from
  * any thread; an unref that drops the last reference wakes the loop.
- * NULL is ignored. */
+ * NULL is ignored; so is an unref with no reference held (with a line on
+ * stderr). */
 void weft_loop_ref(weft_loop *loop);
 void weft_loop_unref(weft_loop *loop);
 
@@ -366,7 +367,8 @@ void weft_loop_unref(weft_loop *loop);
  * a signal-free plain thread's). Callbacks from one thread run in the order
  * they were queued. A loop waiting in the backend is woken; many calls
  * between two turns cost one wake-up. Returns 0; -EINVAL if loop or cb is
- * NULL; -ENOMEM. */
+ * NULL; -ENOMEM. weft_loop_free does not wait for other threads: none may
+ * call this, or weft_loop_ref/unref, on a loop once it is freed. */
 int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
 
 /* ------------------------------------------------------------------------ */

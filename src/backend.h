@@ -48,6 +48,8 @@ typedef struct weft__op {
   struct sockaddr *addr; /* recvfrom, accept: out; sendto, connect: in */
   socklen_t *addrlen;    /* recvfrom, accept: in/out */
   socklen_t addrlen_in;  /* sendto, connect */
+  uint8_t plain;         /* io_uring: a request of its own, not the
+                          * multishot recv's queue */
 } weft__op;
 
 /* A task parked on an fd (on its own stack while it waits). */

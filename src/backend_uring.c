@@ -1111,6 +1111,8 @@ static void undo_rx(weft_task *t, void *arg) {
  * bring something. Returns 1 with the call's result in *out, or 0 when
  * the call must go the plain way (no record, the kernel ran out of
  * buffers, multishot recv is off). */
+static ssize_t uring_io(weft_loop *loop, weft__op *op);
+
 static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
                    ssize_t *out) {
   rx *r = rx_of(st, op->fd);
@@ -1136,10 +1138,20 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
     if (r->eof || !op->len)
       break;
     if ((r->plain || st->rx_on < 0) && !r->ms.armed) {
-      if (got)
+      if (got && (!all || peek))
         break;
       r->plain = 0;
-      return 0;
+      if (!got)
+        return 0;
+      /* MSG_WAITALL with the ring out of buffers: the rest by a request
+       * of its own (an error or a cancellation then returns what came). */
+      weft__op rest = *op;
+      rest.buf = (char *)op->buf + got;
+      rest.len = op->len - got;
+      rest.plain = 1;
+      ssize_t n = uring_io(loop, &rest);
+      *out = (ssize_t)got + (n > 0 ? n : 0);
+      return 1;
     }
     if (op->flags & MSG_DONTWAIT) {
       if (!r->ms.armed && !got)
@@ -1229,9 +1241,10 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   /* No completion form needed: connect's rules live in io.c, and with
    * MSG_DONTWAIT the call itself never blocks. */
   uring_state *st = state(loop);
-  int serves = weft__op_is_input(op->kind) && op->kind != OP_ACCEPT
-                   ? rx_serves(st, op, e)
-                   : 0;
+  int serves =
+      weft__op_is_input(op->kind) && op->kind != OP_ACCEPT && !op->plain
+          ? rx_serves(st, op, e)
+          : 0;
   if (serves < 0)
     return serves;
   if (serves) {

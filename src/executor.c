@@ -46,7 +46,8 @@ typedef struct pool {
   unsigned nthreads;   /* started (atomic: read by weft_executor_threads) */
   unsigned max;        /* the pool's size */
   int stopping;        /* weft_loop_free: drain the queue, then exit */
-  pthread_t *threads;  /* max of them */
+  pthread_t *threads;  /* cap of them, grown as workers start */
+  unsigned cap;
   weft_loop *loop;
   job *cache; /* delivered records, for reuse (loop thread) */
   size_t cached;
@@ -74,11 +75,6 @@ static pool *pool_get(weft_loop *loop) {
   if (!p)
     return NULL;
   p->max = loop->executor_max ? loop->executor_max : default_threads();
-  p->threads = weft__calloc(p->max, sizeof *p->threads);
-  if (!p->threads) {
-    weft__free(p);
-    return NULL;
-  }
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->work, NULL);
   p->loop = loop;
@@ -129,6 +125,16 @@ static void *worker(void *arg) {
 /* Starts one more worker, with every signal blocked (the loop's thread,
  * or weft_signal_wait, is where signals belong). Called with the lock. */
 static int start_worker(pool *p) {
+  if (p->nthreads == p->cap) { /* a pool of a million threads costs none */
+    unsigned cap = p->cap ? 2 * p->cap : 4;
+    if (cap > p->max)
+      cap = p->max;
+    pthread_t *v = weft__realloc(p->threads, cap * sizeof *v);
+    if (!v)
+      return -ENOMEM;
+    p->threads = v;
+    p->cap = cap;
+  }
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -154,10 +160,13 @@ static int pool_queue(pool *p, job *j) {
   int rc = 0;
   if (p->queued <= p->idle) {
     pthread_cond_signal(&p->work);
-  } else if (p->nthreads < p->max && start_worker(p) < 0 && !p->nthreads) {
+  } else if (p->nthreads < p->max && (rc = start_worker(p)) < 0 &&
+             !p->nthreads) {
     p->head = p->tail = NULL; /* j was the only one queued */
     p->queued = 0;
-    rc = -EAGAIN;
+    rc = rc == -ENOMEM ? rc : -EAGAIN; /* the table of threads, or a thread */
+  } else {
+    rc = 0; /* queued: the workers there are will take it */
   }
   pthread_mutex_unlock(&p->lock);
   return rc;

@@ -202,6 +202,13 @@ void weft_loop_unref(weft_loop *loop) {
    * the lock, as above: the loop may end (and be freed) as soon as it sees
    * no reference, and weft_loop_free takes the lock before it closes. */
   pthread_mutex_lock(&loop->ts_lock);
+  if (__atomic_load_n(&loop->refs, __ATOMIC_ACQUIRE) == 0) {
+    /* One unref too many: taken as held, the count would keep the loop
+     * waiting for ever. */
+    pthread_mutex_unlock(&loop->ts_lock);
+    fprintf(stderr, "weft: weft_loop_unref without a reference: ignored\n");
+    return;
+  }
   if (__atomic_sub_fetch(&loop->refs, 1, __ATOMIC_ACQ_REL) == 0 &&
       !on_loop_thread(loop))
     weft__loop_wake(loop);

@@ -61,6 +61,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -386,6 +387,16 @@ static void test_many(void) {
   run("64 tasks, default pool", many_main, NULL);
   printf("  64 tasks, default pool: ok (%d at once, bound %u)\n", conc_max,
          pool_cap);
+
+  /* A bound far past what will run costs nothing up front (the threads'
+   * table once took max entries at once: UINT_MAX was -ENOMEM for every
+   * job). */
+  cfg.executor_threads = UINT_MAX;
+  pool_cap = 64;
+  conc_now = conc_max = 0;
+  run_with("64 tasks, executor_threads = UINT_MAX", &cfg, many_main, NULL);
+  printf("  64 tasks, executor_threads = UINT_MAX: ok (%d at once)\n",
+         conc_max);
 }
 
 /* ---- weft_submit ------------------------------------------------------------
@@ -1655,7 +1666,6 @@ static void read_after_close(void) {
 /* An fd number no process can have: -EBADF, as pread(2) says. A subtest,
  * with the address space bounded (4 GiB), since the fd table of the loop
  * is indexed by fd number: a table grown to INT_MAX entries is 32 GiB. */
-#include <limits.h>
 #include <sys/resource.h>
 
 static void *huge_fd_main(void *arg) {

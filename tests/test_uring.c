@@ -812,6 +812,57 @@ static void no_pbuf_child(void *arg) {
   run_on_uring(plain_main, NULL);
 }
 
+/* MSG_WAITALL with part of its bytes when the ring runs out of buffers
+ * (ENOBUFS): the rest comes by a request of its own, the call is not cut
+ * short. 32 sockets hold every buffer of the ring (256: 8 chunks each). */
+#define WN 33
+static int wp[WN][2];
+static ssize_t wres;
+static char wbuf[32];
+
+static void *waitall_reader(void *arg) {
+  (void)arg;
+  wres = weft_recv(wp[0][0], wbuf, 20, MSG_WAITALL);
+  return NULL;
+}
+
+static void *waitall_nobufs_main(void *arg) {
+  (void)arg;
+  char c, junk[100];
+  memset(junk, 'j', sizeof junk);
+  for (int i = 0; i < WN; i++) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, wp[i]), 0);
+    CHECK_EQ(send(wp[i][1], "a", 1, 0), 1);
+    CHECK_EQ(weft_recv(wp[i][0], &c, 1, 0), 1); /* its multishot recv */
+  }
+  CHECK_EQ(send(wp[0][1], "0123456789", 10, 0), 10);
+  CHECK_EQ(weft_sleep(WEFT_MS(3)), 0);
+  for (int round = 0; round < 8; round++) {
+    for (int i = 1; i < WN; i++)
+      if (!(i == WN - 1 && round == 7))
+        CHECK_EQ(send(wp[i][1], junk, sizeof junk, 0), (ssize_t)sizeof junk);
+    CHECK_EQ(weft_sleep(WEFT_MS(3)), 0);
+  }
+  wres = -999;
+  weft_task *t = weft_spawn(waitall_reader, NULL);
+  CHECK(t);
+  CHECK_EQ(weft_sleep(WEFT_MS(3)), 0); /* 10 bytes taken, a buffer back */
+  CHECK_EQ(send(wp[WN - 1][1], junk, 5, 0), 5); /* which another takes */
+  CHECK_EQ(weft_sleep(WEFT_MS(3)), 0);
+  CHECK_EQ(send(wp[0][1], "ABCDEFGHIJ", 10, 0), 10); /* no buffer left */
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_SEC(5));
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(weft_scope_exit(&s), 0);
+  CHECK_EQ(wres, 20);
+  CHECK(memcmp(wbuf, "0123456789ABCDEFGHIJ", 20) == 0);
+  for (int i = 0; i < WN; i++) {
+    CHECK_EQ(weft_close(wp[i][0]), 0);
+    CHECK_EQ(weft_close(wp[i][1]), 0);
+  }
+  return NULL;
+}
+
 static void test_multishot_recv(void) {
   int fds = check_fd_count();
   CHECK_EQ(setenv("WEFT_URING_PBUF", "1", 1), 0);
@@ -819,6 +870,7 @@ static void test_multishot_recv(void) {
   run_on_uring(bounded_main, NULL);
   run_on_uring(nobufs_main, NULL);
   run_on_uring(recycle_main, NULL);
+  run_on_uring(waitall_nobufs_main, NULL);
   CHECK_EQ(unsetenv("WEFT_URING_PBUF"), 0); /* the default: off */
   run_on_uring(plain_main, NULL);
   CHECK_EQ(setenv("WEFT_URING_PBUF", "1", 1), 0);
