@@ -211,8 +211,8 @@ int weft_go(void *(*fn)(void *), void *arg);
  * non-NULL). Consumes the handle. Returns 0; -EINVAL if t is NULL, the
  * caller itself, already joined or detached, or if t has not finished and
  * the caller is not a task of t's loop (a finished task can be joined from
- * outside the loop's tasks too, on its thread, not from another thread or
- * another loop's code); -ECANCELED if the caller is cancelled, or
+ * outside the loop's tasks too, on its thread, not from another thread);
+ * -ECANCELED if the caller is cancelled, or
  * -ETIMEDOUT if a scope's deadline has passed, before or while it waits,
  * even when t has finished (t keeps running if it had not, and the handle
  * stays valid: another task may join it). */
@@ -220,7 +220,7 @@ int weft_join(weft_task *t, void **result);
 
 /* Gives up the handle: the task's record is recycled when it finishes.
  * Returns 0, or -EINVAL if t is NULL, already joined or detached, or the
- * caller is another thread or another loop's code. */
+ * caller is on another thread. */
 int weft_detach(weft_task *t);
 
 /* The running task, or NULL outside any task. */
@@ -236,8 +236,8 @@ int weft_yield(void);
  * does every later one until t finishes (level-triggered), except inside a
  * shielded scope (see Cancel scopes). A task cancelled before it first ran
  * sees -ECANCELED at its first blocking call. Returns 0, -ESRCH if t has
- * already finished, -EINVAL if t is NULL or the caller is another thread
- * or another loop's code (weft_call_soon_threadsafe reaches t's loop). */
+ * already finished, -EINVAL if t is NULL or the caller is on another
+ * thread (weft_call_soon_threadsafe reaches t's loop). */
 int weft_cancel(weft_task *t);
 
 /* The task's id (unique in the process, counting from 1) and name (NULL if
@@ -387,7 +387,8 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
  *
  * A file descriptor given to them is made non-blocking (O_NONBLOCK) on first
  * use; the ones weft creates are non-blocking and close-on-exec from the
- * start. Close with weft_close every fd a weft call has used: it wakes the
+ * start. Close with weft_close every fd a weft call has used (the fds of
+ * weft_file_open with weft_file_close): it wakes the
  * tasks still waiting on it with -EBADF and forgets the fd; a task already
  * woken for it but not yet resumed gets -EBADF too, whatever file takes
  * the number next. weft keeps what it learnt of an fd (its kind, its

@@ -128,10 +128,10 @@ struct weft__backend {
    * holds data received on fd that no call has taken (weft_wait_fd is
    * then ready at once). */
   void (*forget)(weft_loop *loop, int fd);
-  /* Optional. flush: weft_close is about to close(2) an fd outside a task:
-   * hand the kernel every request prepared so far, so that none naming the
-   * number meets the next file to take it. */
-  void (*flush)(weft_loop *loop);
+  /* Optional. retract: weft_close is about to close(2) fd outside a task:
+   * no request prepared for fd and not yet handed to the kernel may meet
+   * the next file to take the number. */
+  void (*retract)(weft_loop *loop, int fd);
   int (*input_queued)(weft_loop *loop, int fd);
   ssize_t (*file)(weft_loop *loop, int op, int fd, void *buf, size_t len,
                   off_t offset);

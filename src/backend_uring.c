@@ -84,6 +84,7 @@ typedef struct uring_op {
   uint8_t done;      /* the completion came */
   uint8_t linked;    /* w is on the fd's list, counted in loop->nwaiters */
   uint8_t retracted; /* made a no-op before submission: res stays */
+  uint8_t closes;    /* weft_close's IORING_OP_CLOSE */
   struct io_uring_sqe *sqe;     /* its SQE, while it may not be submitted */
   unsigned batch;               /* uring_state.batch when it was prepared */
   uint8_t queued;               /* on a waitlist: the one below */
@@ -508,7 +509,7 @@ static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
   u->w.fd = fd;
   u->w.events = 0;
   u->res = 0;
-  u->done = u->linked = u->retracted = u->queued = 0;
+  u->done = u->linked = u->retracted = u->queued = u->closes = 0;
   u->sqe = sqe;
   u->batch = st->batch;
   u->w.task->io = u;
@@ -1374,6 +1375,7 @@ static int uring_close(weft_loop *loop, int fd) {
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   io_uring_prep_close(sqe, fd);
   op_start(st, &u, sqe, -1);
+  u.closes = 1;
   loop->nwaiters++;
   while (!u.done)
     (void)weft__park_raw(WAIT_OTHER, fd);
@@ -1394,18 +1396,26 @@ static void uring_forget(weft_loop *loop, int fd) {
  * perhaps prepared and not yet submitted (a turn that finds work waiting
  * does not always enter the kernel). Submitted later, they would act on
  * whatever file takes the number next: a recv would take another
- * socket's bytes. So everything prepared goes to the kernel now, while
- * the number is still the file they were made for; the tasks woken with
- * -EBADF then cancel theirs (await_op). */
-static void uring_flush(weft_loop *loop) {
-  uring_state *st = state(loop);
-  while (io_uring_sq_ready(&st->ring)) {
-    st->batch++;
-    int rc = io_uring_submit(&st->ring);
-    if (rc == -EBUSY || rc == -EAGAIN)
-      reap(loop, st);
-    else if (rc < 0 && rc != -EINTR)
-      break;
+ * socket's bytes. So each becomes a no-op in place, its call -EBADF (its
+ * task, woken by weft__fd_forget, sees it in await_op; a file's call,
+ * which a close does not wake, when the no-op completes). Only the
+ * queue's entries not consumed by the kernel are looked at: 256 at most. */
+static void uring_retract(weft_loop *loop, int fd) {
+  struct io_uring_sq *sq = &state(loop)->ring.sq;
+  for (unsigned i = *sq->khead; i != sq->sqe_tail; i++) {
+    struct io_uring_sqe *sqe = &sq->sqes[i & sq->ring_mask];
+    if (sqe->fd != fd || (sqe->flags & IOSQE_FIXED_FILE))
+      continue;
+    uint64_t ud = sqe->user_data;
+    io_uring_prep_nop(sqe);
+    if (ud && !(ud & TAG_MASK)) { /* a call's: it learns why */
+      uring_op *u = (uring_op *)(uintptr_t)ud;
+      io_uring_sqe_set_data(sqe, u);
+      u->res = -EBADF;
+      u->retracted = 1;
+    } else {
+      io_uring_sqe_set_data64(sqe, 0); /* a watch's: it is gone already */
+    }
   }
 }
 
@@ -1474,8 +1484,8 @@ static void uring_quiesce(weft_loop *loop) {
   st->draining = 1;
   for (weft_task *t = loop->live; t; t = t->next_live) {
     uring_op *u = t->io;
-    if (!u)
-      continue;
+    if (!u || u->closes)
+      continue; /* a close must happen: weft has forgotten the fd */
     if (u->batch == st->batch && !u->retracted) {
       /* Never submitted: it becomes a no-op in place, so a dropped task's
        * recv takes no bytes, its send sends none (as in await_op). */
@@ -1529,7 +1539,7 @@ const weft__backend weft__backend_uring = {
     .per_wait = 1,
     .close = uring_close,
     .forget = uring_forget,
-    .flush = uring_flush,
+    .retract = uring_retract,
     .input_queued = uring_input_queued,
     .file = uring_file,
     .quiesce = uring_quiesce,

@@ -746,8 +746,8 @@ int weft_close(int fd) {
     return loop->backend->close(loop, fd);
   if (loop && loop->backend->forget)
     loop->backend->forget(loop, fd);
-  if (loop && loop->backend->flush)
-    loop->backend->flush(loop);
+  if (loop && loop->backend->retract)
+    loop->backend->retract(loop, fd);
   /* Linux frees the fd even when close fails with EINTR: never retry. */
   if (close(fd) < 0 && errno != EINTR)
     return -errno;

@@ -591,7 +591,7 @@ static void undo_join(weft_task *joiner, void *arg) {
 
 int weft_join(weft_task *h, void **result) {
   weft_task *t = record_of(h), *self = running_task();
-  if (!t || t == self || !weft__callers(t->loop, t->loop->thread) ||
+  if (!t || t == self || !pthread_equal(t->loop->thread, pthread_self()) ||
       (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   /* A cancellation point even when t is done (the handle stays then). */
@@ -622,7 +622,7 @@ int weft_join(weft_task *h, void **result) {
 
 int weft_detach(weft_task *h) {
   weft_task *t = record_of(h);
-  if (!t || !weft__callers(t->loop, t->loop->thread) ||
+  if (!t || !pthread_equal(t->loop->thread, pthread_self()) ||
       (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   if (t->state == TASK_DONE)
@@ -659,7 +659,7 @@ int weft_cancel(weft_task *h) {
   if (!h)
     return -EINVAL;
   weft_task *t = record_of(h);
-  if (t && !weft__callers(t->loop, t->loop->thread))
+  if (t && !pthread_equal(t->loop->thread, pthread_self()))
     return -EINVAL;
   if (!t || t->state == TASK_DONE)
     return -ESRCH; /* a stale handle names a task that ended */

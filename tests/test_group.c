@@ -677,6 +677,40 @@ static void *misuse_main(void *arg) {
   return NULL;
 }
 
+/* A task of one loop spawning into a cancelled group of another loop of
+ * the same thread (as weft_spawn_opts allows): the child starts cancelled
+ * and is detached, as in the group's own loop (the calls the group makes
+ * on the child's handle once refused another loop's caller). */
+static weft_group *xg;
+static int xchild_rc = 1;
+static void *xchild(void *arg) {
+  (void)arg;
+  xchild_rc = weft_sleep(WEFT_MS(1));
+  return NULL;
+}
+static void *xspawner(void *arg) {
+  (void)arg;
+  CHECK(weft_group_spawn(xg, xchild, NULL));
+  return NULL;
+}
+
+static void test_other_loop(void) {
+  weft_loop *l2 = weft_loop_new(NULL);
+  CHECK(l2);
+  xg = weft_group_new();
+  CHECK(xg);
+  weft_group_cancel(xg);
+  weft_loop *l1 = weft_loop_new(NULL);
+  CHECK(l1);
+  CHECK(weft_spawn(xspawner, NULL));
+  CHECK_EQ(weft_loop_run(l1), 0);
+  CHECK_EQ(weft_loop_run(l2), 0);
+  CHECK_EQ(xchild_rc, -ECANCELED);
+  weft_group_free(xg);
+  weft_loop_free(l1);
+  weft_loop_free(l2);
+}
+
 static void test_misuse(void) {
   errno = 0;
   CHECK(weft_group_new() == NULL); /* no loop */
@@ -702,6 +736,7 @@ int main(void) {
   alarm(RUNNING_ON_VALGRIND ? 110 : 60);
   int fds = check_fd_count();
   test_misuse();
+  test_other_loop();
   test_wait();
   test_group_cancel();
   test_waiter_cancelled();

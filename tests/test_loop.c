@@ -538,15 +538,18 @@ static void test_only_timers(void) {
   trace_reset();
   weft_loop *loop = weft_loop_new(NULL);
   /* From one reading of the clock: two weft_call_later a few ms apart (a
-   * loaded machine under valgrind, once in CI) would swap "1" and "2". */
+   * loaded machine under valgrind, once in CI) would swap "1" and "2".
+   * Deadlines far enough ahead that the two calls are made before either
+   * has passed (one already past is moved to now, and "2" armed a moment
+   * before "1" came first, once, under TSan on a loaded machine). */
   int64_t base = weft_now();
-  CHECK(weft_call_at(base + WEFT_MS(3), note_cb, "2"));
-  CHECK(weft_call_at(base + WEFT_MS(1), note_cb, "1"));
+  CHECK(weft_call_at(base + WEFT_MS(60), note_cb, "2"));
+  CHECK(weft_call_at(base + WEFT_MS(30), note_cb, "1"));
   CHECK_EQ(weft_call_soon(note_cb, "0"), 0);
   /* Held up past the first deadline before the loop runs (as a loaded
    * machine did, once in many CI runs): the callback queued first still
    * runs first. */
-  int64_t until = weft_now() + WEFT_MS(2);
+  int64_t until = base + WEFT_MS(40);
   while (weft_now() < until)
     ;
   CHECK_EQ(weft_loop_run(loop), 0);

@@ -18,8 +18,9 @@
  *    max - 1 bytes; -EMSGSIZE exactly when the line does not fit;
  *  - read returns 1..len bytes, read_exact len (fewer only at end of
  *    file), 0 only at end of file;
- *  - a call that fails with -ETIMEDOUT (the deadline) consumed nothing
- *    (a read_exact larger than the buffer may return a short count);
+ *  - a call under a deadline that has passed returns -ETIMEDOUT and
+ *    consumes nothing, even one the buffer could serve, or of length 0
+ *    (a stream call is a cancellation point first);
  *  - misuse (max 0) is -EINVAL and consumes nothing;
  *  - the loop runs out of work (no hang: a watchdog timer aborts), and
  *    every fd is closed when the input is done. The sanitizers
@@ -243,8 +244,11 @@ static void model_readline(prog *g, const char *buf, size_t max, ssize_t got,
     check(g, got == -EINVAL, "readline(max 0)", (long)got, -EINVAL);
     return;
   }
-  if (deadline && got == -ETIMEDOUT)
+  if (deadline) {
+    check(g, got == -ETIMEDOUT, "readline past a deadline", (long)got,
+          -ETIMEDOUT);
     return; /* nothing consumed */
+  }
   int has_nl;
   size_t len = next_line(g, &has_nl);
   size_t limit = max - 1 < g->cap ? max - 1 : g->cap;
@@ -270,8 +274,10 @@ static void model_readline(prog *g, const char *buf, size_t max, ssize_t got,
 static void model_read(prog *g, const char *buf, size_t len, ssize_t got,
                        int deadline) {
   size_t left = g->n - g->p;
-  if (len > 0 && deadline && got == -ETIMEDOUT)
+  if (deadline) {
+    check(g, got == -ETIMEDOUT, "read past a deadline", (long)got, -ETIMEDOUT);
     return;
+  }
   if (len == 0 || left == 0) {
     check(g, got == 0, "read at end of file or of len 0", (long)got, 0);
     return;
@@ -285,12 +291,9 @@ static void model_read_exact(prog *g, const char *buf, size_t len, ssize_t got,
                              int deadline) {
   size_t left = g->n - g->p;
   size_t want = len < left ? len : left;
-  if (len > 0 && deadline && got == -ETIMEDOUT)
-    return;
-  /* Larger than the buffer, it reads straight into buf and returns what
-   * it has when the deadline stops it. */
-  if (deadline && len > g->cap && got > 0 && (size_t)got < want) {
-    expect_bytes(g, "read_exact bytes (cut short)", buf, (size_t)got);
+  if (deadline) {
+    check(g, got == -ETIMEDOUT, "read_exact past a deadline", (long)got,
+          -ETIMEDOUT);
     return;
   }
   check(g, got == (ssize_t)want, "read_exact count", (long)got, (long)want);
