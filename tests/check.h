@@ -184,6 +184,25 @@ static inline int check_fd_count(void) {
   return n - 1;
 }
 
+/* Lists the open fds and what each is, on stderr: for a test whose fd
+ * count came out wrong, before it fails. */
+static inline void check_fd_list(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char path[300], target[256];
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    fprintf(stderr, "  fd %s -> %s\n", e->d_name, target);
+  }
+  closedir(d);
+}
+
 /* Process CPU time (user + system) in ns. */
 #include <time.h>
 static inline int64_t check_cpu_ns(void) {
