@@ -516,6 +516,15 @@ static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
   st->ninflight++;
 }
 
+/* u's request, in sqe and not yet submitted, becomes a no-op in place: the
+ * kernel never sees the buffer, and the call returns res. */
+static void op_retract(uring_op *u, struct io_uring_sqe *sqe, int res) {
+  io_uring_prep_nop(sqe);
+  io_uring_sqe_set_data(sqe, u);
+  u->res = res;
+  u->retracted = 1;
+}
+
 /* Parks the running task until the request just prepared (sqe, on fd)
  * completes, and returns its result. Cancelled, timed out or closed
  * meanwhile, it asks the kernel to cancel the request, waits for its
@@ -542,10 +551,7 @@ static int await_op(weft_loop *loop, uring_state *st, uring_op *u,
     if (u->batch == st->batch) {
       /* Not submitted yet (cancelled in the turn it was made): it becomes
        * a no-op in place, and the kernel never sees the buffer. */
-      io_uring_prep_nop(u->sqe);
-      io_uring_sqe_set_data(u->sqe, u);
-      u->res = -ECANCELED;
-      u->retracted = 1;
+      op_retract(u, u->sqe, -ECANCELED);
     } else {
       sqe = get_sqe(loop, st);
       io_uring_prep_cancel(sqe, u, 0);
@@ -1407,14 +1413,11 @@ static void uring_retract(weft_loop *loop, int fd) {
     if (sqe->fd != fd || (sqe->flags & IOSQE_FIXED_FILE))
       continue;
     uint64_t ud = sqe->user_data;
-    io_uring_prep_nop(sqe);
     if (ud && !(ud & TAG_MASK)) { /* a call's: it learns why */
-      uring_op *u = (uring_op *)(uintptr_t)ud;
-      io_uring_sqe_set_data(sqe, u);
-      u->res = -EBADF;
-      u->retracted = 1;
-    } else {
-      io_uring_sqe_set_data64(sqe, 0); /* a watch's: it is gone already */
+      op_retract((uring_op *)(uintptr_t)ud, sqe, -EBADF);
+    } else { /* a watch's: it is gone already */
+      io_uring_prep_nop(sqe);
+      io_uring_sqe_set_data64(sqe, 0);
     }
   }
 }
@@ -1489,10 +1492,7 @@ static void uring_quiesce(weft_loop *loop) {
     if (u->batch == st->batch && !u->retracted) {
       /* Never submitted: it becomes a no-op in place, so a dropped task's
        * recv takes no bytes, its send sends none (as in await_op). */
-      io_uring_prep_nop(u->sqe);
-      io_uring_sqe_set_data(u->sqe, u);
-      u->res = -ECANCELED;
-      u->retracted = 1;
+      op_retract(u, u->sqe, -ECANCELED);
       continue;
     }
     struct io_uring_sqe *sqe = get_sqe(loop, st);
