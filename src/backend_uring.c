@@ -826,8 +826,7 @@ static void accept_done(weft_loop *loop, uring_state *st, listener *l, int res,
        * the kernel's backlog being empty now. */
       if (!st->draining)
         weft__fd_event(loop, l->ms.fd, WEFT_READ);
-    } else if (res != -EMFILE && res != -ENFILE && res != -ENOBUFS &&
-               res != -ENOMEM) {
+    } else if (!weft__accept_short_of(res)) {
       l->err = -res; /* for the next call */
     }
     /* (Out of fds or memory with no call waiting: the connection stays in

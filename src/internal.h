@@ -323,6 +323,15 @@ void weft__cancel_parked(weft_loop *loop);
 /* Frees every record and stack of the loop's tasks (task.c). */
 void weft__tasks_unpark(weft_loop *loop); /* weft_loop_free: out of queues */
 
+/* An accept that failed for want of fds or memory (-EMFILE, -ENFILE,
+ * -ENOBUFS, -ENOMEM): the connection stays in the kernel's backlog and a
+ * later accept can take it, so the error is not the listener's (io.c's
+ * weft_accept backs off and retries; io_uring's multishot accept keeps no
+ * such error for the next call). */
+static inline int weft__accept_short_of(long err) {
+  return err == -EMFILE || err == -ENFILE || err == -ENOBUFS || err == -ENOMEM;
+}
+
 /* h is held by the running task until weft__unhold (task.c). */
 void weft__hold(weft__held *h, void (*drop)(weft_loop *, weft__held *));
 void weft__unhold(weft__held *h);

@@ -658,7 +658,7 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
      * waited in the queue): the listener is fine, take the next. */
     if (c == -ECONNABORTED || c == -EPROTO)
       continue;
-    if (c != -EMFILE && c != -ENFILE && c != -ENOBUFS && c != -ENOMEM)
+    if (!weft__accept_short_of(c))
       return (int)c;
     if (c == -EMFILE || c == -ENFILE)
       drop_one(loop, fd);

@@ -49,8 +49,9 @@
 # which it has no io_uring instance, weft having fallen back to epoll, is
 # reported and left out), weft_uring_pbuf (the same with WEFT_URING_PBUF=1:
 # multishot recv into provided buffers instead of a recv request per call), epoll (epoll_server.c, the limit for epoll),
-# uring (uring_server.c, liburing: the limit for io_uring), and the peers
-# uv, ev, go, asyncio, uvloop.
+# uring (uring_server.c, liburing: the limit for io_uring), uring_fixed (the
+# same with URING_FIXED=1: each socket a registered file, named by its slot),
+# and the peers uv, ev, go, asyncio, uvloop.
 #
 # Environment:
 #   BUILD      the CMake build directory (default: $WEFT_BUILD_DIR, as the
@@ -195,14 +196,14 @@ declare -A have=()
 for s in $SERVERS; do
   case $s in
     weft | weft_uring | weft_uring_pbuf | epoll) have[$s]=1 ;;
-    uring) want_peer uring liburing-dev && have[uring]=1 ;;
+    uring | uring_fixed) want_peer uring liburing-dev && have[$s]=1 ;;
     uv) want_peer uv libuv1-dev && have[uv]=1 ;;
     ev) want_peer ev libev-dev && have[ev]=1 ;;
     go) want_peer go golang-go && have[go]=1 ;;
     asyncio) want_peer asyncio python3 && have[asyncio]=1 ;;
     uvloop) want_peer uvloop python3-uvloop && have[uvloop]=1 ;;
-    *) die "unknown server '$s' (weft weft_uring weft_uring_pbuf epoll uring uv" \
-      "ev go asyncio uvloop)" ;;
+    *) die "unknown server '$s' (weft weft_uring weft_uring_pbuf epoll uring" \
+      "uring_fixed uv ev go asyncio uvloop)" ;;
   esac
 done
 
@@ -238,9 +239,9 @@ case $btype in
 esac
 [ -z "$sanitize" ] || note "warning: $BUILD is built with $sanitize sanitizer"
 
-for s in weft weft_uring weft_uring_pbuf epoll uring uv ev; do
+for s in weft weft_uring weft_uring_pbuf epoll uring uring_fixed uv ev; do
   b=${s%_uring*} # weft_uring, weft_uring_pbuf: echo_server_weft
-  [ "$s" != uring ] || b=uring
+  [[ $s != uring* ]] || b=uring
   if [ -n "${have[$s]:-}" ] && { [ ! -x "$bin/echo_server_$b" ] ||
     [ -n "${stale[echo_server_$b]:-}" ]; }; then
     note "the $s server is skipped: it was not built (see above)"
@@ -369,6 +370,7 @@ server_cmd() { # server -> the command, in the array cmd
       cmd=(env WEFT_BACKEND=io_uring WEFT_URING_PBUF=1 "$bin/echo_server_weft")
       ;;
     weft) cmd=(env WEFT_BACKEND=epoll "$bin/echo_server_weft") ;;
+    uring_fixed) cmd=(env URING_FIXED=1 "$bin/echo_server_uring") ;;
     *) cmd=("$bin/echo_server_$1") ;;
   esac
 }

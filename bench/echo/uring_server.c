@@ -18,7 +18,11 @@
  * kernel has them (completion work then runs only inside our own
  * io_uring_enter, not as interrupting task work), else without.
  * Every accepted socket gets TCP_NODELAY, as every server in bench/echo
- * does.
+ * does. With URING_FIXED=1 in the environment each socket is also put in
+ * the ring's registered file table, and its requests name it by slot
+ * (IOSQE_FIXED_FILE): the kernel then takes no reference on the file per
+ * request. (A plain close(2) would no longer close such a socket, which is
+ * why weft does not do this.)
  */
 #ifndef _GNU_SOURCE /* CMake defines it for the whole project */
 #define _GNU_SOURCE
@@ -40,6 +44,7 @@
 
 typedef struct conn {
   int fd;
+  int slot;   /* its index in the registered file table; -1: none */
   size_t off; /* bytes of buf already sent */
   size_t len; /* bytes of buf to send; 0: a recv is in flight */
   char buf[BUFSIZE];
@@ -48,6 +53,9 @@ typedef struct conn {
 static struct io_uring ring;
 static int lfd;
 static int multishot = 1; /* cleared if the kernel refuses it */
+static int fixed;         /* URING_FIXED=1: sockets as registered files */
+#define FIXED_SLOTS 4096
+static int free_slots[FIXED_SLOTS], nfree;
 
 static void die(const char *what, int err) {
   fprintf(stderr, "echo_server_uring: %s: %s\n", what, strerror(err));
@@ -77,9 +85,19 @@ static void arm_accept(void) {
   io_uring_sqe_set_data(sqe, NULL);
 }
 
+/* A registered connection names its slot, with IOSQE_FIXED_FILE: the
+ * kernel skips looking the fd up (and its reference count) per request. */
+static void target(struct io_uring_sqe *sqe, const conn *c) {
+  if (c->slot >= 0) {
+    sqe->fd = c->slot;
+    sqe->flags |= IOSQE_FIXED_FILE;
+  }
+}
+
 static void arm_recv(conn *c) {
   struct io_uring_sqe *sqe = sqe_get();
   io_uring_prep_recv(sqe, c->fd, c->buf, BUFSIZE, 0);
+  target(sqe, c);
   io_uring_sqe_set_data(sqe, c);
 }
 
@@ -87,10 +105,16 @@ static void arm_send(conn *c) {
   struct io_uring_sqe *sqe = sqe_get();
   io_uring_prep_send(sqe, c->fd, c->buf + c->off, c->len - c->off,
                      MSG_NOSIGNAL);
+  target(sqe, c);
   io_uring_sqe_set_data(sqe, c);
 }
 
 static void drop(conn *c) {
+  if (c->slot >= 0) { /* out of the table first, or the socket stays open */
+    int minus = -1;
+    io_uring_register_files_update(&ring, (unsigned)c->slot, &minus, 1);
+    free_slots[nfree++] = c->slot;
+  }
   close(c->fd); /* nothing of it is in flight: its one operation ended */
   free(c);
 }
@@ -116,6 +140,11 @@ static void on_accept(const struct io_uring_cqe *cqe) {
       close(fd);
     } else {
       c->fd = fd;
+      c->slot = -1;
+      if (fixed && nfree > 0 &&
+          io_uring_register_files_update(&ring, (unsigned)free_slots[nfree - 1],
+                                         &fd, 1) == 1)
+        c->slot = free_slots[--nfree];
       c->off = c->len = 0;
       arm_recv(c);
     }
@@ -199,6 +228,15 @@ int main(int argc, char **argv) {
   }
   if (rc < 0)
     die("io_uring_queue_init", -rc);
+  const char *fx = getenv("URING_FIXED");
+  if (fx && strcmp(fx, "1") == 0) {
+    rc = io_uring_register_files_sparse(&ring, FIXED_SLOTS);
+    if (rc < 0)
+      die("io_uring_register_files_sparse", -rc);
+    fixed = 1;
+    for (int i = FIXED_SLOTS - 1; i >= 0; i--)
+      free_slots[nfree++] = i;
+  }
   arm_accept();
 
   for (;;) {
