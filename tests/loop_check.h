@@ -1,7 +1,8 @@
 /*
  * For the tests of the loop and what is built on it: run one task on a
  * fresh loop until the loop has nothing left, and check that it ran out of
- * work (0), rather than stopping or failing.
+ * work (0), rather than stopping or failing; or until it waits, and drop
+ * it with the loop.
  */
 #ifndef WEFT_LOOP_CHECK_H
 #define WEFT_LOOP_CHECK_H
@@ -15,6 +16,38 @@ static inline void check_run(void *(*fn)(void *), void *arg) {
   CHECK(loop);
   CHECK(weft_spawn(fn, arg));
   CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+}
+
+/* Runs fn(arg) on a fresh loop until it waits, then stops the loop and
+ * frees it with fn's task parked: the task is dropped, and what its call
+ * held must be let go. A task spawned first stops the loop; it runs only
+ * once fn waits, whatever the order of the ready queue. (A timer stopped
+ * it before: on a loaded machine it could fire before fn had run at all,
+ * and the test then checked nothing, or found a stream never closed.) */
+typedef struct {
+  void *(*fn)(void *);
+  void *arg;
+} check_drop_call;
+
+static inline void *check_drop_stopper(void *arg) {
+  (void)arg;
+  weft_loop_stop(weft_loop_current());
+  return NULL;
+}
+
+static inline void *check_drop_task(void *arg) {
+  check_drop_call *c = arg;
+  CHECK(weft_spawn(check_drop_stopper, NULL));
+  return c->fn(c->arg);
+}
+
+static inline void check_drop_in(void *(*fn)(void *), void *arg) {
+  check_drop_call c = {fn, arg};
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(check_drop_task, &c));
+  CHECK_EQ(weft_loop_run(loop), 1);
   weft_loop_free(loop);
 }
 

@@ -57,6 +57,7 @@
 #include "weft.h"
 
 #include "check.h"
+#include "loop_check.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -2021,16 +2022,9 @@ static void *dropped_signal_wait(void *arg) {
   return NULL;
 }
 
-static void stop_loop(void *loop) { weft_loop_stop(loop); }
-
 static void test_signal_dropped(void) {
   int fds = check_fd_count();
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(dropped_signal_wait, NULL));
-  CHECK(weft_call_later(WEFT_MS(2), stop_loop, loop));
-  CHECK_EQ(weft_loop_run(loop), 1);
-  weft_loop_free(loop);
+  check_drop_in(dropped_signal_wait, NULL);
   CHECK_EQ(check_fd_count(), fds);
   CHECK_EQ(is_pending(SIGUSR1), 0);
 }

@@ -431,12 +431,7 @@ static void test_connect_dropped(void) {
     fill[nfill++] = c;
   }
   int fds = check_fd_count();
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(dropped_connect, un.sun_path));
-  CHECK(weft_call_later(WEFT_MS(5), stop_loop, loop));
-  CHECK_EQ(weft_loop_run(loop), 1);
-  weft_loop_free(loop);
+  check_drop_in(dropped_connect, un.sun_path);
   CHECK_EQ(check_fd_count(), fds);
   while (nfill)
     close(fill[--nfill]);

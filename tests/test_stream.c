@@ -546,23 +546,11 @@ static void *later_reader(void *arg) {
   return NULL;
 }
 
-static void stop_loop(void *loop) { weft_loop_stop(loop); }
-
-/* Runs fn(arg) on a fresh loop until it waits, then frees the loop. */
-static void drop_in(void *(*fn)(void *), void *arg) {
-  weft_loop *loop = weft_loop_new(NULL);
-  CHECK(loop);
-  CHECK(weft_spawn(fn, arg));
-  CHECK(weft_call_later(WEFT_MS(2), stop_loop, loop));
-  CHECK_EQ(weft_loop_run(loop), 1);
-  weft_loop_free(loop);
-}
-
 static void test_dropped(void) {
   int sv[2];
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   cs = weft_stream_new(sv[0], 64);
-  drop_in(drop_reader, NULL);
+  check_drop_in(drop_reader, NULL);
   CHECK_EQ(write(sv[1], "hello\n", 6), 6);
   check_run(later_reader, NULL);
   CHECK_EQ(close(sv[1]), 0);
@@ -570,7 +558,7 @@ static void test_dropped(void) {
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   weft_stream *s = weft_stream_new(sv[0], sizeof big);
   CHECK_EQ(weft_stream_write(s, big, sizeof big), (ssize_t)sizeof big);
-  drop_in(drop_closer, s); /* the peer never reads: the flush waits */
+  check_drop_in(drop_closer, s); /* the peer never reads: the flush waits */
   CHECK_EQ(close(sv[1]), 0);
   printf("  calls of dropped tasks: ok\n");
 }
