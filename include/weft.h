@@ -550,7 +550,9 @@ int weft_stream_close(weft_stream *s);
  * error (an errno value), or a cancellation. Tasks wait for it with
  * weft_await; callbacks run once it is done. A future belongs to the loop
  * that made it and is used from that loop's thread only; from another
- * thread, complete it inside a weft_call_soon_threadsafe callback.
+ * thread, complete it inside a weft_call_soon_threadsafe callback (the
+ * calls that complete it, or add a callback, refuse with -EINVAL from
+ * another thread or from another loop's code: they would race).
  * Futures are reference counted: whoever holds a pointer holds a reference.
  */
 
@@ -572,13 +574,15 @@ void weft_future_release(weft_future *f);
 /* Completes f with a value, or with an error (`err` a positive errno
  * value). Wakes every task waiting on it, and queues its callbacks (they
  * run from the loop later, never inside this call). Returns 0; -EINVAL if f
- * is NULL or already done (the first outcome stands), or err <= 0. */
+ * is NULL or already done (the first outcome stands), err <= 0, or the
+ * caller is not on f's loop (see above). */
 int weft_future_set_result(weft_future *f, void *value);
 int weft_future_set_error(weft_future *f, int err);
 
 /* Completes f as cancelled: its waiters get -ECANCELED. A future made by
  * weft_async also cancels its task. Returns 1 if it cancelled f, 0 if f
- * was already done, -EINVAL if f is NULL. */
+ * was already done, -EINVAL if f is NULL or the caller is not on f's
+ * loop. */
 int weft_future_cancel(weft_future *f);
 
 /* True once f has a result, an error or was cancelled. */
@@ -591,7 +595,8 @@ int weft_future_result(const weft_future *f, void **value);
 
 /* Calls cb(f, arg) from the loop once f is done, after the callbacks added
  * before it. If f is already done, cb is queued at once (weft_call_soon):
- * it never runs inside this call. Returns 0; -EINVAL; -ENOMEM. */
+ * it never runs inside this call. Returns 0; -EINVAL (f or cb NULL, or the
+ * caller not on f's loop); -ENOMEM. */
 int weft_future_add_done_callback(weft_future *f,
                                   void (*cb)(weft_future *f, void *arg),
                                   void *arg);

@@ -251,8 +251,15 @@ static inline void complete(weft_future *f, int state) {
     wake_all(f);
 }
 
+/* Whether the caller may complete f or add to it: on its loop's thread,
+ * running no other loop (from anywhere else it would race with the loop:
+ * weft_call_soon_threadsafe is the way in). */
+static inline int mine(const weft_future *f) {
+  return weft__callers(f->loop, f->loop->thread);
+}
+
 inline int weft_future_set_result(weft_future *f, void *value) {
-  if (__builtin_expect(!f || f->state != PENDING, 0))
+  if (__builtin_expect(!f || f->state != PENDING || !mine(f), 0))
     return -EINVAL;
   f->u.value = value;
   complete(f, HAS_VALUE);
@@ -260,7 +267,7 @@ inline int weft_future_set_result(weft_future *f, void *value) {
 }
 
 int weft_future_set_error(weft_future *f, int err) {
-  if (!f || f->state != PENDING || err <= 0)
+  if (!f || f->state != PENDING || err <= 0 || !mine(f))
     return -EINVAL;
   f->u.err = err;
   complete(f, HAS_ERROR);
@@ -268,7 +275,7 @@ int weft_future_set_error(weft_future *f, int err) {
 }
 
 int weft_future_cancel(weft_future *f) {
-  if (!f)
+  if (!f || !mine(f))
     return -EINVAL;
   if (f->state != PENDING)
     return 0;
@@ -296,7 +303,7 @@ int weft_future_result(const weft_future *f, void **value) {
 int weft_future_add_done_callback(weft_future *f,
                                   void (*cb)(weft_future *f, void *arg),
                                   void *arg) {
-  if (!f || !cb)
+  if (!f || !cb || !mine(f))
     return -EINVAL;
   done_cb *c = weft__malloc(sizeof *c);
   if (!c)

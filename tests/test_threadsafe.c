@@ -511,10 +511,19 @@ static void free_off_thread(void) {
 
 /* A loop's objects used from another thread are refused, not raced on:
  * a channel (try_send once returned 0 from a plain thread, and an actor's
- * send_to overflowed its mailbox under ASan), a finished task's handle. */
+ * send_to overflowed its mailbox under ASan), a finished task's handle, a
+ * future (set_result from a worker thread woke the loop's tasks from
+ * there). */
 static weft_chan *ft_chan;
 static weft_task *ft_task;
 static weft_actor *ft_actor;
+static weft_future *ft_future;
+
+static void ft_never(weft_future *f, void *arg) {
+  (void)f;
+  (void)arg;
+  CHECK(0);
+}
 
 static void *ft_done(void *arg) { return arg; }
 
@@ -537,6 +546,10 @@ static void *ft_other_thread(void *arg) {
   CHECK_EQ(weft_join(ft_task, NULL), -EINVAL);
   CHECK_EQ(weft_detach(ft_task), -EINVAL);
   CHECK_EQ(weft_cancel(ft_task), -EINVAL);
+  CHECK_EQ(weft_future_set_result(ft_future, (void *)9), -EINVAL);
+  CHECK_EQ(weft_future_set_error(ft_future, EIO), -EINVAL);
+  CHECK_EQ(weft_future_cancel(ft_future), -EINVAL);
+  CHECK_EQ(weft_future_add_done_callback(ft_future, ft_never, NULL), -EINVAL);
   return NULL;
 }
 
@@ -546,7 +559,8 @@ static void foreign_thread(void) {
   ft_chan = weft_chan_new(sizeof(int), 1);
   ft_task = weft_spawn(ft_done, (void *)5);
   ft_actor = weft_actor_spawn("ft", ft_actor_body, NULL);
-  CHECK(ft_chan && ft_task && ft_actor);
+  ft_future = weft_future_new();
+  CHECK(ft_chan && ft_task && ft_actor && ft_future);
   pthread_t th;
   CHECK_EQ(pthread_create(&th, NULL, ft_other_thread, NULL), 0);
   CHECK_EQ(pthread_join(th, NULL), 0);
@@ -556,7 +570,13 @@ static void foreign_thread(void) {
   CHECK_EQ(weft_chan_try_recv(ft_chan, &v), 0);
   CHECK_EQ(v, 3);
   CHECK_EQ(weft_actor_send_to(ft_actor, (void *)7), 0);
+  CHECK_EQ(weft_future_result(ft_future, NULL), -EAGAIN); /* still pending */
+  CHECK_EQ(weft_future_set_result(ft_future, (void *)9), 0);
   CHECK_EQ(weft_loop_run(loop), 0);
+  void *fv;
+  CHECK_EQ(weft_future_result(ft_future, &fv), 0);
+  CHECK(fv == (void *)9);
+  weft_future_release(ft_future);
   void *r;
   CHECK_EQ(weft_join(ft_task, &r), 0);
   CHECK(r == (void *)5);
