@@ -146,8 +146,10 @@ weft_loop *weft_loop_new(const weft_config *cfg);
  * backend's negative errno if waiting for events failed. */
 int weft_loop_run(weft_loop *loop);
 
-/* Makes weft_loop_run return after the current iteration. Tasks that are not
- * finished stay where they are; a later weft_loop_run resumes them. Called
+/* Makes weft_loop_run return as soon as the callback or task that called it
+ * is done (yields, blocks or ends): what else the turn held (callbacks,
+ * timers due, tasks ready) stays queued. Tasks that are not finished stay
+ * where they are; a later weft_loop_run resumes them. Called
  * while the loop is not running, it is kept for the next weft_loop_run,
  * which then returns 1 at once, having run nothing (libuv's uv_stop). */
 void weft_loop_stop(weft_loop *loop);
@@ -410,8 +412,10 @@ int weft_wait_fd(int fd, int events);
 
 ssize_t weft_read(int fd, void *buf, size_t len);
 ssize_t weft_write(int fd, const void *buf, size_t len);
-/* With MSG_DONTWAIT in flags, recv and send never wait: -EAGAIN instead
- * (still a cancellation point). */
+/* With MSG_DONTWAIT in flags, recv and send never wait for the fd: -EAGAIN
+ * instead (still a cancellation point, and on epoll and poll they may
+ * yield to other ready tasks first, as every I/O call does after 128 in a
+ * row that did not wait: docs/loop.md, Fairness). */
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags);
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags);
 
@@ -646,9 +650,9 @@ typedef struct weft_scope {
 /* Enters s in the calling task, with an absolute deadline on the weft_now()
  * clock (WEFT_NEVER: none). Outside a task, s is marked unusable and
  * weft_scope_exit returns -EINVAL. A scope the task has entered already
- * is left as it is (its deadline too): entering it again does nothing. Costs no
- * system call and, until a blocking call inside would outlast the deadline, no
- * timer. */
+ * is left as it is (its deadline too): entering it again does nothing.
+ * Costs no system call, and no timer until the task first parks inside it
+ * (docs/cancellation.md). */
 void weft_scope_enter(weft_scope *s, int64_t deadline);
 
 /* Leaves s. Returns -ETIMEDOUT if its deadline was reached by a blocking
@@ -773,8 +777,9 @@ typedef struct weft_select_case {
  * is ready at once and fails; a receive from a drained one too). When
  * several are ready, one is chosen at random, so that none starves. With
  * WEFT_NOWAIT, returns -EAGAIN if none is ready now. Returns -ECANCELED or
- * -ETIMEDOUT (scopes) with no case performed; -ENOMEM when more than 8
- * cases must wait (nothing performed); -EINVAL for a bad case (an
+ * -ETIMEDOUT (scopes) with no case performed; -ENOMEM if more than 8
+ * cases must wait and their records cannot be allocated (nothing
+ * performed; up to 8 need no allocation); -EINVAL for a bad case (an
  * unknown op, a NULL elem, a channel of another loop) or cases NULL with
  * n > 0. With no case that can ever be ready (n == 0, or every chan NULL)
  * it waits until cancelled, as Go's empty select does for ever. */

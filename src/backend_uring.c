@@ -271,6 +271,11 @@ static int uring_init(weft_loop *loop) {
     return rc;
   }
   st->valgrind = RUNNING_ON_VALGRIND;
+  /* Multishot recv is off unless asked for (see "multishot recv" below);
+   * asked, it is set up at the first read of a socket. */
+  const char *env = getenv("WEFT_URING_PBUF");
+  if (!env || strcmp(env, "1") != 0)
+    st->rx_on = -1;
   loop->backend_data = st;
   return 0;
 }
@@ -937,15 +942,12 @@ static void listener_close(weft_loop *loop, uring_state *st, int fd) {
 _Static_assert((RX_NBUFS & RX_RING_MASK) == 0, "a power of two");
 _Static_assert(RX_NBUFS <= 65536, "buffer ids are 16 bits");
 
-/* Sets up the buffer ring, the first time a socket is read; 1 if multishot
- * recv is on. */
+/* Sets up the buffer ring, the first time a socket is read (WEFT_URING_PBUF
+ * was read by uring_init); 1 if multishot recv is on. */
 static int rx_setup(uring_state *st) {
   if (st->rx_on)
     return st->rx_on > 0;
-  st->rx_on = -1;
-  const char *env = getenv("WEFT_URING_PBUF");
-  if (!env || strcmp(env, "1") != 0)
-    return 0; /* off unless asked for: see the top of this section */
+  st->rx_on = -1; /* until it works */
   size_t bytes = RX_NBUFS * sizeof(struct io_uring_buf);
   void *br = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1447,17 +1449,20 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
    * or a socket at its current position instead. The fd is looked at
    * once (not made non-blocking: a file with O_NONBLOCK would make the
    * ring answer -EAGAIN instead of reading). */
-  if (!(e->flags & FD_KNOWN)) {
+  if (!(e->flags & FD_UNPOLLABLE)) {
     /* The kernel says: lseek fails with ESPIPE where pread would (pipes,
      * sockets, ttys), and works on files and on devices such as
-     * /dev/zero. */
-    if (lseek(fd, 0, SEEK_CUR) >= 0)
-      e->flags |= FD_KNOWN | FD_UNPOLLABLE;
-    else if (errno != ESPIPE)
+     * /dev/zero. A device weft_read has used is known already, as one
+     * that polls: it is asked each time (it once got -ESPIPE). */
+    if (lseek(fd, 0, SEEK_CUR) >= 0) {
+      if (!(e->flags & FD_KNOWN))
+        e->flags |= FD_KNOWN | FD_UNPOLLABLE;
+    } else if (errno != ESPIPE) {
       return -errno;
+    } else if (op != FILE_FSYNC) {
+      return -ESPIPE;
+    }
   }
-  if (!(e->flags & FD_UNPOLLABLE) && op != FILE_FSYNC)
-    return -ESPIPE;
   uring_state *st = state(loop);
   struct io_uring_sqe *sqe = get_sqe(loop, st);
   switch (op) {

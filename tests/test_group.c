@@ -368,10 +368,30 @@ static void *deadline_waiter(void *arg) {
   return NULL;
 }
 
+/* The same with no child yet: the group is cancelled all the same, and a
+ * child spawned after starts cancelled (it was left running). */
+static void *empty_waiter(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() - 1); /* passed already */
+  CHECK_EQ(weft_group_wait(g), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  kids[0].delay = WEFT_MS(1);
+  CHECK(weft_group_spawn(g, sleeper, &kids[0]));
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[0].rc, -ECANCELED);
+  weft_group_free(g);
+  return NULL;
+}
+
 static void test_waiter_cancelled(void) {
   run(waiter_cancel_main, NULL);
   run(waiter_cancel_before_main, NULL);
   run(deadline_waiter, NULL);
+  run(empty_waiter, NULL);
 }
 
 /* ---- weft_group_free with children running
