@@ -157,14 +157,13 @@ int weft_group_wait(weft_group *g) {
   int rc = weft__checkpoint();
   if (rc == 0)
     rc = wait_children(g);
-  if (rc < 0 && rc != -ENOMEM)
-    weft_group_cancel(g);
-  if (rc < 0 && rc != -ENOMEM && g->nchildren) {
+  if (rc < 0 && rc != -ENOMEM) {
     /* Cancelled, or out of time: the group is cancelled (an empty one
      * too), children spawned from now on too, and they are waited for with
      * nothing from outside able to interrupt. (-ENOMEM, a deadline's timer
      * that could not be made, cancels nothing: the children run on, and a
      * later wait waits for them.) */
+    weft_group_cancel(g);
     weft_scope shield;
     weft_scope_enter(&shield, WEFT_NEVER);
     weft_scope_shield(&shield, true);

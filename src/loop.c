@@ -401,7 +401,6 @@ static void sig_block(sig_guard *g, int debug) {
 
 static void sig_restore(sig_guard *g, const sigset_t *kept) {
   sigset_t pending, take;
-  int any = 0;
   sigemptyset(&take);
   for (int sig = 1; sig < NSIG; sig++) /* weft_signal_wait's stay blocked */
     if (sigismember(kept, sig) == 1)
@@ -409,12 +408,11 @@ static void sig_restore(sig_guard *g, const sigset_t *kept) {
   if (sigpending(&pending) == 0)
     for (int sig = 1; sig < NSIG; sig++)
       if (sigismember(&g->mine, sig) == 1 && sigismember(&pending, sig) == 1 &&
-          !sigismember(&g->pending, sig)) {
+          !sigismember(&g->pending, sig))
         sigaddset(&take, sig);
-        any = 1;
-      }
   struct timespec zero = {0, 0};
-  while (any && (sigtimedwait(&take, NULL, &zero) > 0 || errno == EINTR))
+  while (!sigisemptyset(&take) &&
+         (sigtimedwait(&take, NULL, &zero) > 0 || errno == EINTR))
     ;
   pthread_sigmask(SIG_UNBLOCK, &g->mine, NULL);
 }
