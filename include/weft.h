@@ -77,7 +77,11 @@ const char *weft_err_name(int err);
 #define WEFT_MS(x)  ((int64_t)(x) * (int64_t)1000000)
 #define WEFT_SEC(x) ((int64_t)(x) * (int64_t)1000000000)
 
-/* Nanoseconds on the monotonic clock (CLOCK_MONOTONIC). */
+/* Nanoseconds on the monotonic clock (CLOCK_MONOTONIC), or on the virtual
+ * clock of the loop it is asked of, if that loop has one (see
+ * weft_config.virtual_clock). That loop is the running one, or outside a
+ * run the thread's current loop (weft_loop_current): with two loops on one
+ * thread, the one made last and not yet freed. */
 int64_t weft_now(void);
 
 /* ------------------------------------------------------------------------ */

@@ -104,8 +104,12 @@ typedef struct registry {
 static weft_actor *handle_of(weft_actor *a) {
   return (weft_actor *)((uintptr_t)a | ((uintptr_t)a->gen << GEN_SHIFT));
 }
+/* The record a handle points at, stale or not. */
+static weft_actor *address_of(const weft_actor *h) {
+  return (weft_actor *)((uintptr_t)h & ADDR_MASK);
+}
 static weft_actor *record_of(const weft_actor *h) {
-  weft_actor *a = (weft_actor *)((uintptr_t)h & ADDR_MASK);
+  weft_actor *a = address_of(h);
   if (!a || a->state != ACTOR_LIVE ||
       a->gen != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
     return NULL;
@@ -114,6 +118,7 @@ static weft_actor *record_of(const weft_actor *h) {
 #else
 #define RECYCLE 0
 static weft_actor *handle_of(weft_actor *a) { return a; }
+static weft_actor *address_of(const weft_actor *h) { return (weft_actor *)h; }
 static weft_actor *record_of(const weft_actor *h) {
   return h && h->state == ACTOR_LIVE ? (weft_actor *)h : NULL;
 }
@@ -202,7 +207,7 @@ static registry *registry_of(weft_loop *loop) {
 }
 
 /* ---- records ---------------------------------------------------------- */
-static weft_actor *record_new(registry *r) {
+static weft_actor *record_new(registry *r, weft_loop *loop) {
   weft_actor *a = r->free;
   if (a) {
     r->free = a->hnext;
@@ -210,6 +215,7 @@ static weft_actor *record_new(registry *r) {
   }
   if (!(a = weft__calloc(1, sizeof *a)))
     return NULL;
+  a->loop = loop; /* for good: a stale handle still names it */
   a->all = r->all;
   r->all = a;
   return a;
@@ -312,7 +318,7 @@ weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
     errno = ENOMEM;
     return NULL;
   }
-  weft_actor *a = record_new(r);
+  weft_actor *a = record_new(r, loop);
   if (!a)
     return NULL; /* ENOMEM */
   if (name && !(a->name = weft__strdup(name)))
@@ -324,7 +330,6 @@ weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
     goto fail;
   /* From here nothing fails: the task runs, and finds its actor ready. */
   weft_detach(h);
-  a->loop = loop;
   a->hash = hash;
   a->task = h;
   a->rec = weft__task_record(h);
@@ -457,6 +462,11 @@ static int send_to(weft_actor *a, void *msg) {
 
 int weft_actor_send_to(weft_actor *h, void *msg) {
   if (!h)
+    return -EINVAL;
+  /* The thread first, from the record's loop, which never changes: the
+   * generation and state are the loop thread's to read. */
+  const weft_loop *loop = address_of(h)->loop;
+  if (!weft__callers(loop, loop->thread))
     return -EINVAL;
   return send_to(record_of(h), msg);
 }

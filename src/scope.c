@@ -11,8 +11,10 @@
  *             deadline        cancelled?            not looked at
  *
  * -ECANCELED if a scope (or the task) on the way was cancelled; else
- * -ETIMEDOUT if one was past its deadline; else 0. The state is
- * level-triggered: it holds for every call until the scope exits.
+ * -ETIMEDOUT if one was past its deadline; else 0. Every scope on the way
+ * past its deadline is marked expired, cancelled ones around it or not.
+ * The state is level-triggered: it holds for every call until the scope
+ * exits.
  *
  * Deadlines cost nothing until a task parks: entering a scope only records
  * the deadline. When a task inside parks, the earliest deadline in effect
@@ -30,15 +32,18 @@ int weft__cancel_status(weft_task *t) {
   int64_t now = weft__turn_now(t->loop);
   int fresh = 0, rc = 0;
   for (weft_scope *s = t->scope; s; s = s->priv_outer) {
+    /* A cancelled scope decides the result, but the walk goes on: the
+     * call still meets the deadlines of the scopes around it. */
     if (s->priv_flags & SCOPE_CANCELLED)
-      return -ECANCELED;
+      rc = -ECANCELED;
     if (s->priv_deadline != WEFT_NEVER && s->priv_deadline > now && !fresh) {
       now = weft__clock_of(t->loop);
       fresh = 1;
     }
     if (s->priv_deadline <= now) {
       s->priv_flags |= SCOPE_EXPIRED;
-      rc = -ETIMEDOUT;
+      if (!rc)
+        rc = -ETIMEDOUT;
     }
     if (s->priv_flags & SCOPE_SHIELD)
       return rc;

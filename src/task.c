@@ -26,10 +26,14 @@ WEFT__TLS weft_loop *weft__loop_running;
 static weft_task *handle_of(weft_task *t) {
   return (weft_task *)((uintptr_t)t | ((uintptr_t)t->gen_count << GEN_SHIFT));
 }
+/* The record a handle points at, stale or not. */
+static weft_task *address_of(const weft_task *h) {
+  return (weft_task *)((uintptr_t)h & ADDR_MASK);
+}
 static weft_task *record_of(const weft_task *h) {
   if (!h)
     return NULL;
-  weft_task *t = (weft_task *)((uintptr_t)h & ADDR_MASK);
+  weft_task *t = address_of(h);
   if (t->state == TASK_FREE ||
       t->gen_count != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
     return NULL;
@@ -37,6 +41,7 @@ static weft_task *record_of(const weft_task *h) {
 }
 #else
 static weft_task *handle_of(weft_task *t) { return t; }
+static weft_task *address_of(const weft_task *h) { return (weft_task *)h; }
 static weft_task *record_of(const weft_task *h) {
   return h && h->state != TASK_FREE ? (weft_task *)h : NULL;
 }
@@ -61,6 +66,7 @@ static weft_task *record_new(weft_loop *loop) {
       s->recs[i].state = TASK_FREE;
       s->recs[i].gen_count = 0;
       s->recs[i].name = NULL;
+      s->recs[i].loop = loop; /* for good: a stale handle still names it */
       s->recs[i].next_ready = loop->free_recs;
       loop->free_recs = &s->recs[i];
     }
@@ -550,7 +556,6 @@ weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
                                                           : loop->stack_size);
   if (!t->stack)
     goto fail;
-  t->loop = loop;
   t->fn = fn;
   t->arg = arg;
   t->id = weft__next_id();
@@ -658,9 +663,12 @@ void weft__task_cancel(weft_task *t) {
 int weft_cancel(weft_task *h) {
   if (!h)
     return -EINVAL;
-  weft_task *t = record_of(h);
-  if (t && !pthread_equal(t->loop->thread, pthread_self()))
+  /* The thread first, from the record's loop, which never changes: the
+   * generation and state are the loop thread's to read. */
+  weft_task *t = address_of(h);
+  if (!pthread_equal(t->loop->thread, pthread_self()))
     return -EINVAL;
+  t = record_of(h);
   if (!t || t->state == TASK_DONE)
     return -ESRCH; /* a stale handle names a task that ended */
   weft__task_cancel(t);

@@ -12,6 +12,7 @@
  *  - weft_scope_cancel, from another task, from the task itself, on an
  *    outer scope: the blocked call returns -ECANCELED, later calls in the
  *    scope too, exit returns -ECANCELED, the code after it runs normally;
+ *    a call in a cancelled scope still meets an outer scope's deadline;
  *  - weft_cancel of the task inside a scope: the exit returns 0, the next
  *    call after it still -ECANCELED; -ECANCELED wins over -ETIMEDOUT;
  *  - shields: weft_cancel, an outer deadline and an outer scope's
@@ -303,7 +304,18 @@ static void *scope_cancel_self(void *arg) {
   weft_scope_enter(&s, weft_now() - 1);
   weft_scope_cancel(&s);
   CHECK_EQ(weft_sleep(FOREVER), -ECANCELED);
-  (void)weft_scope_exit(&s); /* which of the two it reports: not said */
+  CHECK_EQ(weft_scope_exit(&s), -ECANCELED); /* both: -ECANCELED */
+  CHECK_EQ(weft_sleep(0), 0);
+  /* An inner scope cancelled inside an outer one past its deadline: the
+   * call returns -ECANCELED, and it met the outer deadline all the same
+   * (the outer exit returned 0: the walk stopped at the inner scope). */
+  weft_scope outer;
+  weft_scope_enter(&outer, weft_now() - 1);
+  weft_scope_enter(&s, WEFT_NEVER);
+  weft_scope_cancel(&s);
+  CHECK_EQ(weft_sleep(FOREVER), -ECANCELED);
+  CHECK_EQ(weft_scope_exit(&s), -ECANCELED);
+  CHECK_EQ(weft_scope_exit(&outer), -ETIMEDOUT);
   CHECK_EQ(weft_sleep(0), 0);
   return NULL;
 }

@@ -553,6 +553,15 @@ static void *ft_other_thread(void *arg) {
   return NULL;
 }
 
+/* Stale handles too: the thread is checked before the record, whose
+ * generation is the loop thread's to read (it gave -ESRCH and -ENOENT). */
+static void *ft_stale_other_thread(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_cancel(ft_task), -EINVAL);
+  CHECK_EQ(weft_actor_send_to(ft_actor, (void *)8), -EINVAL);
+  return NULL;
+}
+
 static void foreign_thread(void) {
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
@@ -580,6 +589,10 @@ static void foreign_thread(void) {
   void *r;
   CHECK_EQ(weft_join(ft_task, &r), 0);
   CHECK(r == (void *)5);
+  CHECK_EQ(weft_cancel(ft_task), -ESRCH); /* both handles are stale now */
+  CHECK_EQ(weft_actor_send_to(ft_actor, (void *)7), -ENOENT);
+  CHECK_EQ(pthread_create(&th, NULL, ft_stale_other_thread, NULL), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0);
   weft_chan_free(ft_chan);
   weft_loop_free(loop);
   printf("  a loop's objects from another thread: refused: ok\n");

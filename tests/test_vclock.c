@@ -152,8 +152,11 @@ static void test_rearm_other_loop(void) {
   CHECK(t);
   weft_loop *r = weft_loop_new(NULL); /* the current loop now */
   CHECK(r);
+  int64_t a = weft_now(), now = real_now(); /* outside a run: r's clock */
+  CHECK(a <= now && later - a > WEFT_SEC(7000));
   CHECK_EQ(weft_timer_rearm(t, WEFT_SEC(10)), 0);
   weft_loop_free(r); /* v is current again */
+  CHECK_EQ(weft_now(), later);
   CHECK_EQ(weft_loop_run(v), 0);
   CHECK_EQ(fired_at, later + WEFT_SEC(10));
   weft_loop_free(v);
