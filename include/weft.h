@@ -723,7 +723,9 @@ void weft_group_free(weft_group *g);
  * FIFO per channel. A cancelled send or receive (or one stopped by a
  * scope's deadline) leaves the channel exactly as it was: no element lost,
  * none duplicated; one that completed before the cancellation reports its
- * success. A channel belongs to the loop that made it.
+ * success. A channel belongs to the loop that made it; once that loop is
+ * freed, to its thread: any code of the thread may use and free it, but
+ * nothing can wait on it (-EINVAL where a call would).
  */
 typedef struct weft_chan weft_chan;
 

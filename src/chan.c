@@ -50,8 +50,8 @@ struct select_wait {
 };
 
 struct weft_chan {
-  weft_loop *loop;
-  pthread_t thread; /* the loop's (the channel may outlive the loop) */
+  uint64_t loop_id; /* its loop's (an id: the channel may outlive the loop) */
+  pthread_t thread; /* the loop's */
   size_t elem_size, cap;
   unsigned char *ring; /* cap elements */
   size_t head, len;
@@ -59,6 +59,17 @@ struct weft_chan {
   cwaiter *senders, *senders_tail;
   cwaiter *receivers, *receivers_tail;
 };
+
+/* Another thread is refused, and so is another loop's code while c's loop
+ * lives; once that loop is freed, c is its thread's to use and free. */
+static int foreign(const weft_chan *c) {
+  const weft_loop *r = weft__loop_running;
+  if (r && r->id == c->loop_id)
+    return 0;
+  if (!pthread_equal(c->thread, pthread_self()))
+    return 1;
+  return r && weft__thread_loop_alive(c->loop_id);
+}
 
 /* ---- queues ----------------------------------------------------------- */
 static void q_push(weft_chan *c, cwaiter *w) {
@@ -191,7 +202,7 @@ weft_chan *weft_chan_new(size_t elem_size, size_t capacity) {
     weft__free(c);
     return NULL;
   }
-  c->loop = loop;
+  c->loop_id = loop->id;
   c->thread = loop->thread;
   c->elem_size = elem_size;
   c->cap = capacity;
@@ -207,7 +218,7 @@ static void undo_wait(weft_task *t, void *arg) {
 
 /* Parks the running task t on c until the other side completes op. */
 static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
-  if (t->loop != c->loop)
+  if (t->loop->id != c->loop_id)
     return -EINVAL;
   cwaiter w = {.task = t, .chan = c, .elem = elem, .op = op};
   q_push(c, &w);
@@ -224,7 +235,7 @@ static inline __attribute__((always_inline)) int chan_op(weft_chan *c,
   /* Another loop's task or callback, another thread: -EINVAL even when it
    * could be done at once (it would wake a task of the other loop, perhaps
    * on another thread), as weft_select says. */
-  if (!c || !elem || !weft__callers(c->loop, c->thread))
+  if (!c || !elem || foreign(c))
     return -EINVAL;
   int rc = t ? weft__checkpoint() : 0;
   if (rc < 0)
@@ -249,12 +260,6 @@ CHAN_ENTRY int weft_chan_send(weft_chan *c, const void *elem) {
 
 CHAN_ENTRY int weft_chan_recv(weft_chan *c, void *elem) {
   return chan_op(c, elem, WEFT_RECV);
-}
-
-/* Another loop's code, or another thread, is refused here too, as by send
- * and recv. */
-static int foreign(const weft_chan *c) {
-  return !weft__callers(c->loop, c->thread);
 }
 
 CHAN_ENTRY int weft_chan_try_send(weft_chan *c, const void *elem) {
@@ -357,7 +362,7 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
     if (!k->chan)
       continue;
     if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem ||
-        k->chan->loop != loop)
+        k->chan->loop_id != loop->id)
       return -EINVAL;
   }
   if (t) {

@@ -36,6 +36,13 @@ void weft__thread_loop_add(weft_loop *loop) {
   thread_loops = loop;
 }
 
+int weft__thread_loop_alive(uint64_t id) {
+  for (const weft_loop *l = thread_loops; l; l = l->next_on_thread)
+    if (l->id == id)
+      return 1;
+  return 0;
+}
+
 void weft__thread_loop_remove(weft_loop *loop) {
   for (weft_loop **p = &thread_loops; *p; p = &(*p)->next_on_thread)
     if (*p == loop) {

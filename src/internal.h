@@ -161,6 +161,7 @@ struct weft_loop {
   weft__slab *slabs;         /* all record memory */
   size_t stack_size;         /* default for its tasks */
   weft_loop *next_on_thread; /* the thread's older loops (weft_loop_current) */
+  uint64_t id;               /* unique in the process, never reused */
   weft_task *dead;           /* ended; its stack awaits release (reap) */
   unsigned batch;            /* hand-offs left before the loop runs again */
   weft_task *batch_last;     /* the last task this turn runs (NULL: done) */
@@ -450,6 +451,8 @@ void weft__timer_seq_set(weft_loop *loop, uint32_t seq);
 int64_t weft__real_now(void);
 void weft__thread_loop_add(weft_loop *loop);
 void weft__thread_loop_remove(weft_loop *loop);
+/* Whether the loop of that id is one of this thread's and not yet freed. */
+int weft__thread_loop_alive(uint64_t id);
 
 /* loop's own clock (its virtual one, if it has it), whichever loop is
  * current: a timer of a loop that is not is measured on its loop's time. */

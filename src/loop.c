@@ -243,6 +243,8 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   weft_loop *loop = weft__calloc(1, sizeof *loop);
   if (!loop)
     return NULL;
+  static uint64_t ids;
+  loop->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
   loop->thread = pthread_self();
   loop->stack_size = stack_size;
   loop->executor_max = cfg ? cfg->executor_threads : 0;

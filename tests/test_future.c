@@ -989,18 +989,30 @@ static void c_free(void *p) {
   free(p);
 }
 
+static int lf_parked; /* lf_routine and lf_awaiter about to park */
+
 static void *lf_routine(void *arg) {
   (void)arg;
+  lf_parked++;
   weft_sleep(WEFT_SEC(30));
   CHECK(0); /* never resumed */
   return NULL;
 }
 static void *lf_awaiter(void *arg) {
+  lf_parked++;
   weft_await(arg, NULL);
   CHECK(0);
   return NULL;
 }
 static void lf_stop(void *arg) { weft_loop_stop(arg); }
+/* Stops the loop once both have parked, in any order of the ready queue (a
+ * 1 ms timer stopped it before, and could fire before they ran). */
+static void *lf_stopper(void *arg) {
+  while (lf_parked < 2)
+    CHECK_EQ(weft_yield(), 0);
+  weft_loop_stop(arg);
+  return NULL;
+}
 static void lf_never(weft_future *f, void *arg) {
   (void)f;
   (void)arg;
@@ -1021,8 +1033,10 @@ static void test_loop_freed(void) {
   CHECK_EQ(weft_go(lf_awaiter, b), 0);
   CHECK_EQ(weft_future_add_done_callback(c, lf_never, NULL), 0);
   CHECK_EQ(weft_future_add_done_callback(c, lf_never, NULL), 0);
-  CHECK(weft_call_later(WEFT_MS(1), lf_stop, loop));
+  lf_parked = 0;
+  CHECK(weft_spawn(lf_stopper, loop));
   CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(lf_parked, 2);
   CHECK_EQ(weft_call_soon(lf_stop, loop), 0);
   CHECK_EQ(weft_future_set_result(c, NULL), 0); /* its run queued after */
   CHECK_EQ(weft_loop_run(loop), 1);
