@@ -784,11 +784,11 @@ typedef struct weft_select_case {
  * several are ready, one is chosen at random, so that none starves. With
  * WEFT_NOWAIT, returns -EAGAIN if none is ready now. Returns -ECANCELED or
  * -ETIMEDOUT (scopes) with no case performed; -ENOMEM if more than 8
- * cases must wait and their records cannot be allocated (nothing
- * performed; up to 8 need no allocation); -EINVAL for a bad case (an
- * unknown op, a NULL elem, a channel of another loop) or cases NULL with
- * n > 0. With no case that can ever be ready (n == 0, or every chan NULL)
- * it waits until cancelled, as Go's empty select does for ever. */
+ * cases with a channel must wait and their records cannot be allocated
+ * (nothing performed; up to 8 need no allocation, NULL ones none); -EINVAL for
+ * a bad case (an unknown op, a NULL elem, a channel of another loop) or cases
+ * NULL with n > 0. With no case that can ever be ready (n == 0, or every chan
+ * NULL) it waits until cancelled, as Go's empty select does for ever. */
 int weft_select(weft_select_case *cases, size_t n, int flags);
 
 /* ------------------------------------------------------------------------ */

@@ -44,8 +44,8 @@ typedef struct cwaiter {
 
 struct select_wait {
   weft_task *task;
-  cwaiter *w; /* one per case (unused for a NULL channel) */
-  size_t n;
+  cwaiter *w;   /* one per case with a channel */
+  size_t n;     /* how many */
   size_t fired; /* the case that completed */
 };
 
@@ -357,10 +357,12 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
   weft_loop *loop = t ? t->loop : weft_loop_current();
   if ((n && !cases) || n > INT_MAX || (flags & ~WEFT_NOWAIT) || !loop)
     return -EINVAL;
+  size_t nwait = 0; /* the cases with a channel: a waiter each */
   for (size_t i = 0; i < n; i++) {
     weft_select_case *k = &cases[i];
     if (!k->chan)
       continue;
+    nwait++;
     if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem ||
         k->chan->loop_id != loop->id)
       return -EINVAL;
@@ -388,20 +390,22 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
   if (!t)
     return -EINVAL;
   cwaiter stack_w[SELECT_STACK];
-  cwaiter *w = n <= SELECT_STACK ? stack_w : weft__malloc(n * sizeof *w);
+  cwaiter *w =
+      nwait <= SELECT_STACK ? stack_w : weft__malloc(nwait * sizeof *w);
   if (!w)
     return -ENOMEM;
-  select_wait sel = {t, w, n, SIZE_MAX};
-  for (size_t i = 0; i < n; i++) {
-    w[i] = (cwaiter){.task = t,
+  select_wait sel = {t, w, nwait, SIZE_MAX};
+  for (size_t i = 0, j = 0; i < n; i++) {
+    if (!cases[i].chan)
+      continue;
+    w[j] = (cwaiter){.task = t,
                      .chan = cases[i].chan,
                      .elem = cases[i].elem,
                      .op = cases[i].op,
                      .result = &cases[i].result,
                      .sel = &sel,
                      .index = i};
-    if (cases[i].chan)
-      q_push(cases[i].chan, &w[i]);
+    q_push(cases[i].chan, &w[j++]);
   }
   held_array held = {.w = w};
   if (w != stack_w)

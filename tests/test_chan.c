@@ -1787,6 +1787,11 @@ static void f_free(void *p) {
   free(p);
 }
 
+static void *nomem_canceller(void *task) {
+  CHECK_EQ(weft_cancel(task), 0);
+  return NULL;
+}
+
 static void *nomem_main(void *arg) {
   (void)arg;
   long live = alloc_live;
@@ -1824,6 +1829,18 @@ static void *nomem_main(void *arg) {
   JOIN(t);
   CHECK_EQ(m.rc, 2);
   CHECK_EQ(m.v[2], 5);
+  /* Only the cases with a channel need a waiter: one channel among ten
+   * cases waits without allocating (it gave -ENOMEM). */
+  weft_select_case kn[10];
+  int64_t vn = SENTINEL;
+  for (int i = 0; i < 10; i++)
+    kn[i] = sel_case(i == 4 ? ch[0] : NULL, WEFT_RECV, &vn);
+  CHECK(weft_spawn(nomem_canceller, weft_self()));
+  alloc_fail = 1;
+  CHECK_EQ(weft_select(kn, 10, 0), -ECANCELED);
+  alloc_fail = 0;
+  CHECK_EQ(vn, SENTINEL);
+  TRY_SEND(ch[0], 1, -EAGAIN); /* no waiter left behind */
   for (int i = 0; i < NMANY; i++)
     weft_chan_free(ch[i]);
 
