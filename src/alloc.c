@@ -1,4 +1,4 @@
-/* The one allocator; see alloc.h. */
+/* Layer 0: the one allocator; see alloc.h. */
 #include "alloc.h"
 
 #include "weft.h"

@@ -1,6 +1,6 @@
 /*
- * The epoll backend (Linux's default). Each fd is registered once, when
- * weft first sees it, for both directions and edge-triggered; the
+ * Layer 4: the epoll backend (Linux's default). Each fd is registered once,
+ * when weft first sees it, for both directions and edge-triggered; the
  * registration stays until weft_close. So a wait costs no epoll_ctl: a
  * task that parks on an fd just links itself to the fd's entry, and an
  * event wakes whoever is linked there (io.c). Edge-triggering is what

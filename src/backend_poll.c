@@ -1,5 +1,5 @@
 /*
- * The poll backend: portable, level-triggered. Only fds that some task
+ * Layer 4: the poll backend: portable, level-triggered. Only fds that some task
  * waits on are in the pollfd array (a slot each, found through the fd's
  * entry), so an fd nobody waits for never wakes the loop; when its last
  * waiter goes, its slot is given to the array's last fd.

@@ -1,7 +1,7 @@
 /*
- * The io_uring backend: completions, not readiness. Each I/O call becomes
- * one request on the loop's ring, and the task parks until its completion
- * comes back:
+ * Layer 4: the io_uring backend: completions, not readiness. Each I/O call
+ * becomes one request on the loop's ring, and the task parks until its
+ * completion comes back:
  *
  *   weft_recv ── SQE (user_data: a uring_op on the task's stack) ── park
  *                                                                    │
@@ -115,12 +115,12 @@ typedef struct mstable {
   multishot *detached; /* closed, their request not yet ended */
 } mstable;
 
-/* A listening socket accepted from with weft_accept(fd, NULL, NULL): one
- * multishot accept request serves every call, and the connections it
- * brings while no call waits are queued here. The queue is bounded: at
- * LISTEN_QUEUE_MAX the request is cancelled (the kernel's own backlog
- * holds the rest), and the next call that finds the queue empty asks
- * again. */
+/* A listening socket accepted from with weft_accept: one multishot accept
+ * request serves every call (the address, if wanted, comes from
+ * getpeername), and the connections it brings while no call waits are
+ * queued here. The queue is bounded: at LISTEN_QUEUE_MAX the request is
+ * cancelled (the kernel's own backlog holds the rest), and the next call
+ * that finds the queue empty asks again. */
 #define LISTEN_QUEUE_MAX 64
 
 typedef struct listener {

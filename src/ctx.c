@@ -1,7 +1,7 @@
 /*
- * The context switch, as the rest of weft sees it: the raw switch (assembly
- * or ucontext) wrapped with the notes that ASan and TSan need to follow a
- * flow of control from one stack to another.
+ * Layer 1: the context switch, as the rest of weft sees it: the raw switch
+ * (assembly or ucontext) wrapped with the notes that ASan and TSan need to
+ * follow a flow of control from one stack to another.
  *
  * ASan's protocol: before leaving a stack, __sanitizer_start_switch_fiber
  * with the destination's bounds (and a place to park this stack's fake

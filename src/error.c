@@ -1,5 +1,5 @@
 /*
- * Error names and messages, generated from one table (as libuv's
+ * Layer 0: error names and messages, generated from one table (as libuv's
  * UV_ERRNO_MAP), and the library's version.
  */
 #include "weft.h"

@@ -1,17 +1,19 @@
 /*
  * What the scheduler and the loop share. Layers, bottom up (no layer calls
- * one above it):
+ * one above it; each file's first comment names its layer):
  *
- *   ctx, stack, alloc   the switch, guarded stacks, the one allocator
- *   gen                 generators: ctx + stack, no loop
- *   task                tasks, the ready queue, park/wake, cancellation
- *   timer, loop         timers, callbacks, the loop object, weft_loop_run
- *   backend_*, io       the backends (backend.h) and the fd table; the
- *                       I/O calls go through the loop's backend
- *   net, stream         sockets by address, buffered streams: public API
- *                       only, plus weft__fd_adopt
+ *   0  alloc, error              the one allocator, error names
+ *   1  ctx, stack, overflow      the switch, guarded stacks, the overflow
+ *                                handler
+ *   2  gen                       generators: ctx + stack, no loop
+ *   3  task, scope, timer, clock tasks, the ready queue, park/wake,
+ *                                cancellation; timers and callbacks; the
+ *                                thread's loops and weft_now
+ *   4  loop, io, backend_*       weft_loop_run, the fd table and the I/O
+ *                                calls, the backends (backend.h)
+ *   5  net, stream, future, ...  everything built on the public calls
  *
- * docs/architecture.md has the picture.
+ * docs/architecture.md has the picture and what each file may call.
  */
 #ifndef WEFT_INTERNAL_H
 #define WEFT_INTERNAL_H

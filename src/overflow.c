@@ -1,5 +1,5 @@
 /*
- * Naming the task that overflowed its stack.
+ * Layer 1: naming the task that overflowed its stack.
  *
  * An overflow runs into the guard page below the stack and faults. The
  * handler runs on an alternate signal stack (the faulting one has no room

@@ -1,4 +1,5 @@
-/* Guarded, pooled, lazily committed stacks; see stack.h for the layout. */
+/* Layer 1: guarded, pooled, lazily committed stacks; see stack.h for the
+ * layout. */
 #include "stack.h"
 
 #include "alloc.h"

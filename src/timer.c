@@ -1,5 +1,5 @@
 /*
- * Layer 4: timers and callbacks.
+ * Layer 3: timers and callbacks.
  *
  * Timers are records, kept in chunks the loop owns (so arming allocates
  * nothing in the steady state and a record never moves), ordered by a
