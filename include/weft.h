@@ -423,6 +423,7 @@ ssize_t weft_write(int fd, const void *buf, size_t len);
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags);
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags);
 
+/* An addr without an addrlen is -EFAULT, and nothing is received. */
 ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
                       struct sockaddr *addr, socklen_t *addrlen);
 ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,

@@ -1246,6 +1246,10 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   weft__fd *e = weft__fd_entry(loop, op->fd, &rc);
   if (!e)
     return rc;
+  /* What the system call says of a length no buffer can have (the ring
+   * would move RW_MAX bytes, see below). */
+  if (op->len > SSIZE_MAX)
+    return -EFAULT;
   /* No completion form needed: connect's rules live in io.c, and with
    * MSG_DONTWAIT the call itself never blocks. */
   uring_state *st = state(loop);

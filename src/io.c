@@ -552,6 +552,10 @@ WEFT__HOT ssize_t weft_send(int fd, const void *buf, size_t len, int flags) {
 
 ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
                       struct sockaddr *addr, socklen_t *addrlen) {
+  /* The system call would take the datagram and then fail; io_uring's
+   * would drop the address. */
+  if (addr && !addrlen)
+    return -EFAULT;
   weft__op op = {.kind = OP_RECVFROM,
                  .fd = fd,
                  .buf = buf,

@@ -272,6 +272,12 @@ static void *misc_main(void *arg) {
   CHECK(weft_spawn(slow_writer, NULL));
   CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 5);
   CHECK(fcntl(pipefd[0], F_GETFL) & O_NONBLOCK);
+  /* A length no buffer can have: -EFAULT, as the system call says, on
+   * every backend, and nothing is read (io_uring read RW_MAX bytes). */
+  CHECK_EQ(write(pipefd[1], "abc", 3), 3);
+  if (!RUNNING_ON_VALGRIND) /* which says so of the system call */
+    CHECK_EQ(weft_read(pipefd[0], buf, SIZE_MAX), -EFAULT);
+  CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 3);
   CHECK_EQ(weft_close(pipefd[0]), 0);
   CHECK_EQ(weft_close(pipefd[1]), 0);
   return NULL;
