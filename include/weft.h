@@ -152,6 +152,7 @@ int weft_loop_run(weft_loop *loop);
 
 /* Makes weft_loop_run return as soon as the callback or task that called it
  * is done (yields, blocks or ends): what else the turn held (callbacks,
+ * those from other threads and a future's done-callbacks among them,
  * timers due, tasks ready) stays queued. Tasks that are not finished stay
  * where they are; a later weft_loop_run resumes them. Called
  * while the loop is not running, it is kept for the next weft_loop_run,

@@ -44,6 +44,7 @@ typedef struct done_cb {
   void (*cb)(weft_future *f, void *arg);
   void *arg;
   struct done_cb *next;
+  int rest_end; /* the last of a run cut short by a stop (run_rest) */
 } done_cb;
 
 /* The first word is what making a future writes and releasing it tests;
@@ -199,6 +200,30 @@ static void futures_free(weft_loop *loop) {
 }
 
 /* ---- completion ------------------------------------------------------- */
+static void queue_rest(weft_future *f, done_cb *rest);
+
+/* Calls the callbacks of the list `c` (NULL-ended) in order. A
+ * weft_loop_stop from one of them leaves the others queued, at the head of
+ * the queue, as separate callbacks would be: a slot is reserved for that
+ * when there are two or more (out of memory, they all run). */
+static void call_list(weft_future *f, done_cb *c) {
+  weft_loop *loop = f->loop;
+  int slot = c->next && weft__call_soon_reserve(loop) == 0;
+  while (c) {
+    done_cb *next = c->next;
+    c->cb(f, c->arg);
+    weft__free(c);
+    c = next;
+    if (c && slot && loop->stop) {
+      queue_rest(f, c); /* with the queued run's reference */
+      return;
+    }
+  }
+  if (slot)
+    weft__call_soon_unreserve(loop);
+  weft_future_release(f); /* the queued run's reference */
+}
+
 static void run_callbacks(void *arg) {
   weft_future *f = arg;
   /* The callbacks there are now; one added while they run is queued for
@@ -208,13 +233,43 @@ static void run_callbacks(void *arg) {
   f->cbs_last->next = NULL;
   f->cbs_last = NULL;
   f->queued = 0;
-  while (c) {
-    done_cb *next = c->next;
-    c->cb(f, c->arg);
-    weft__free(c);
-    c = next;
+  call_list(f, c);
+}
+
+/* The run queue_rest puts first: the callbacks up to the one marked last
+ * of the rest. Those after it were added since, and have a run queued of
+ * their own (f->queued). */
+static void run_rest(void *arg) {
+  weft_future *f = arg;
+  done_cb *first = f->cbs_last->next, *end = first;
+  while (!end->rest_end)
+    end = end->next;
+  end->rest_end = 0;
+  if (end == f->cbs_last)
+    f->cbs_last = NULL;
+  else
+    f->cbs_last->next = end->next;
+  end->next = NULL;
+  call_list(f, first);
+}
+
+/* Puts `rest` (NULL-ended) back in front of f's callbacks, its last one
+ * marked, and queues its run first in the loop's queue, in the slot
+ * reserved for it. f->queued stays as it is: it says whether the
+ * callbacks added since have a run of their own. */
+static void queue_rest(weft_future *f, done_cb *rest) {
+  done_cb *last = rest;
+  while (last->next)
+    last = last->next;
+  last->rest_end = 1;
+  if (f->cbs_last) {
+    last->next = f->cbs_last->next;
+    f->cbs_last->next = rest;
+  } else {
+    last->next = rest;
+    f->cbs_last = last;
   }
-  weft_future_release(f); /* the queued run's reference */
+  weft__call_soon_first(f->loop, run_rest, f);
 }
 
 /* Queues the run of f's callbacks, in the slot reserved for it. */
@@ -310,6 +365,7 @@ int weft_future_add_done_callback(weft_future *f,
     return -ENOMEM;
   c->cb = cb;
   c->arg = arg;
+  c->rest_end = 0;
   /* The run that will call it needs a slot: reserved now if pending (the
    * completion cannot fail), taken now if done. */
   if (!f->queued && !f->reserved) {

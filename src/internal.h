@@ -204,7 +204,8 @@ struct weft_loop {
   pthread_mutex_t ts_lock;
   weft__callback *ts_q, *ts_run; /* queued; being run (swapped) */
   size_t ts_len, ts_cap, ts_run_cap;
-  int ts_pending;      /* atomic: ts_len != 0 */
+  size_t ts_run_pos, ts_run_len; /* ts_run's next to run, and its end */
+  int ts_pending;      /* atomic: ts_len != 0, or a batch a stop cut */
   int ts_signalled;    /* the eventfd was written since the loop last blocked */
   int wake_fd;         /* read end of the wake-up (eventfd), in fds[] */
   int wake_wfd;        /* its write end (the same fd for an eventfd) */
@@ -414,6 +415,9 @@ void weft__timer_disarm(weft__timer_rec *r);
 int weft__call_soon_reserve(weft_loop *loop);
 void weft__call_soon_unreserve(weft_loop *loop);
 void weft__call_soon_reserved(weft_loop *loop, void (*cb)(void *), void *arg);
+/* The same at the head of the queue: it runs before every callback queued
+ * (a run cut short by weft_loop_stop puts its rest back there). */
+void weft__call_soon_first(weft_loop *loop, void (*cb)(void *), void *arg);
 
 /* Runs the callbacks other threads queued (loop.c). */
 void weft__threadsafe_run(weft_loop *loop);

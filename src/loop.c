@@ -151,26 +151,36 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
 }
 
 void weft__threadsafe_run(weft_loop *loop) {
-  /* A sender holds the lock: take the queue at the next turn. Waiting for
-   * the lock would put the loop to sleep on it, and on a shared CPU the
-   * sender's unlock would then wake the loop and hand it the CPU, for a
-   * batch of one or two, over and over. */
-  if (pthread_mutex_trylock(&loop->ts_lock) != 0)
-    return;
-  weft__callback *run = loop->ts_q;
-  size_t n = loop->ts_len, cap = loop->ts_cap;
-  loop->ts_q = loop->ts_run;
-  loop->ts_cap = loop->ts_run_cap;
-  loop->ts_len = 0;
-  loop->ts_run = run;
-  loop->ts_run_cap = cap;
-  /* ts_signalled stays: while the loop is busy, senders need not write the
-   * eventfd (each write would wake and preempt it for a tiny batch);
-   * ts_arm clears it just before the loop blocks. */
-  __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&loop->ts_lock);
-  for (size_t i = 0; i < n; i++)
-    run[i].cb(run[i].arg);
+  /* A batch cut short by weft_loop_stop is finished first. */
+  if (loop->ts_run_pos == loop->ts_run_len) {
+    /* A sender holds the lock: take the queue at the next turn. Waiting
+     * for the lock would put the loop to sleep on it, and on a shared CPU
+     * the sender's unlock would then wake the loop and hand it the CPU,
+     * for a batch of one or two, over and over. */
+    if (pthread_mutex_trylock(&loop->ts_lock) != 0)
+      return;
+    weft__callback *run = loop->ts_q;
+    size_t n = loop->ts_len, cap = loop->ts_cap;
+    loop->ts_q = loop->ts_run;
+    loop->ts_cap = loop->ts_run_cap;
+    loop->ts_len = 0;
+    loop->ts_run = run;
+    loop->ts_run_cap = cap;
+    loop->ts_run_pos = 0;
+    loop->ts_run_len = n;
+    /* ts_signalled stays: while the loop is busy, senders need not write
+     * the eventfd (each write would wake and preempt it for a tiny
+     * batch); ts_arm clears it just before the loop blocks. */
+    __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&loop->ts_lock);
+  }
+  while (loop->ts_run_pos < loop->ts_run_len && !loop->stop) {
+    weft__callback c = loop->ts_run[loop->ts_run_pos++];
+    c.cb(c.arg);
+  }
+  /* Stopped: the rest stays for the next run, before anything newer. */
+  if (loop->ts_run_pos < loop->ts_run_len)
+    __atomic_store_n(&loop->ts_pending, 1, __ATOMIC_RELAXED);
 }
 
 /* The loop is about to block for `timeout`: from now on a sender must
@@ -486,7 +496,7 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
       weft__turn_now(loop);
     if (__atomic_load_n(&loop->ts_pending, __ATOMIC_ACQUIRE))
       weft__threadsafe_run(loop);
-    if (__atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&loop->jobs_done, __ATOMIC_RELAXED) && !loop->stop)
       loop->jobs_deliver(loop);
     /* What was queued before the turn runs before the timers that came
      * due meanwhile (seed 003 looks at its sleepers only when nothing is

@@ -566,6 +566,13 @@ void weft__call_soon_reserved(weft_loop *loop, void (*cb)(void *), void *arg) {
   loop->cb_len++;
 }
 
+void weft__call_soon_first(weft_loop *loop, void (*cb)(void *), void *arg) {
+  loop->cb_reserved--;
+  loop->cb_head = (loop->cb_head + loop->cb_cap - 1) % loop->cb_cap;
+  loop->cbs[loop->cb_head] = (weft__callback){cb, arg};
+  loop->cb_len++;
+}
+
 WEFT__HOT void weft__callbacks_run(weft_loop *loop) {
   /* Only those queued before this turn: later ones wait for the next. */
   for (size_t n = loop->cb_len; n > 0 && !loop->stop; n--) {

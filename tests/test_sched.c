@@ -107,6 +107,73 @@ static void test_stop_before_timers(void) {
   weft_loop_free(loop);
 }
 
+/* A stop from a callback of a batch leaves the rest of the batch queued,
+ * first, for the next run: the callbacks another thread queued (they all
+ * ran), and a future's done-callbacks (they all ran, in one slot of the
+ * queue). A callback added while they ran keeps its place after them. */
+static weft_loop *sb_loop;
+static int sb_ran[16], sb_n;
+static void sb_note(void *arg) { sb_ran[sb_n++] = (int)(intptr_t)arg; }
+static void sb_stop(void *arg) {
+  sb_note(arg);
+  weft_loop_stop(sb_loop);
+}
+static void *sb_thread(void *unused) {
+  (void)unused;
+  CHECK_EQ(weft_call_soon_threadsafe(sb_loop, sb_stop, P(1)), 0);
+  CHECK_EQ(weft_call_soon_threadsafe(sb_loop, sb_note, P(2)), 0);
+  CHECK_EQ(weft_call_soon_threadsafe(sb_loop, sb_note, P(3)), 0);
+  return NULL;
+}
+static void sb_done_note(weft_future *f, void *arg) {
+  (void)f;
+  sb_note(arg);
+}
+static void sb_done_stop(weft_future *f, void *arg) {
+  sb_note(arg);
+  if ((intptr_t)arg == 1) /* one added now runs after the rest */
+    CHECK_EQ(weft_future_add_done_callback(f, sb_done_note, P(5)), 0);
+  weft_loop_stop(sb_loop);
+}
+
+static void check_ran(const int *want, int n) {
+  CHECK_EQ(sb_n, n);
+  for (int i = 0; i < n; i++)
+    CHECK_EQ(sb_ran[i], want[i]);
+  sb_n = 0;
+}
+
+static void test_stop_in_batches(void) {
+  sb_loop = weft_loop_new(NULL);
+  CHECK(sb_loop);
+  sb_n = 0;
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, sb_thread, NULL), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0);
+  CHECK_EQ(weft_call_soon(sb_note, P(4)), 0);
+  CHECK_EQ(weft_loop_run(sb_loop), 1);
+  check_ran((int[]){1}, 1);
+  CHECK_EQ(weft_loop_run(sb_loop), 0);
+  check_ran((int[]){2, 3, 4}, 3);
+
+  weft_future *f = weft_future_new();
+  CHECK(f);
+  CHECK_EQ(weft_future_add_done_callback(f, sb_done_stop, P(1)), 0);
+  CHECK_EQ(weft_future_add_done_callback(f, sb_done_note, P(2)), 0);
+  CHECK_EQ(weft_future_add_done_callback(f, sb_done_stop, P(3)), 0);
+  CHECK_EQ(weft_future_add_done_callback(f, sb_done_note, P(6)), 0);
+  CHECK_EQ(weft_future_set_result(f, NULL), 0);
+  CHECK_EQ(weft_call_soon(sb_note, P(4)), 0);
+  CHECK_EQ(weft_loop_run(sb_loop), 1);
+  check_ran((int[]){1}, 1);
+  CHECK_EQ(weft_loop_run(sb_loop), 1); /* 3 stops it again */
+  check_ran((int[]){2, 3}, 2);
+  CHECK_EQ(weft_loop_run(sb_loop), 0);
+  check_ran((int[]){6, 4, 5}, 3);
+  weft_future_release(f);
+  weft_loop_free(sb_loop);
+}
+
 /* Spawning into another thread's loop is EINVAL (it was done, unlocked). */
 static void *noop_task(void *arg) { return arg; }
 static void *spawns_into(void *loop) {
@@ -131,6 +198,7 @@ static void test_spawn_other_thread(void) {
 static void test_main_value(void) {
   test_spawn_other_thread();
   test_stop_before_timers();
+  test_stop_in_batches();
   CHECK_EQ(weft_main(sleeps_forever, NULL), -ECANCELED);
   CHECK_EQ(weft_main(ret_arg, P(7)), 7);
   CHECK_EQ(weft_main(ret_arg, P(-3)), -3);
