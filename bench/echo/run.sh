@@ -51,6 +51,8 @@
 # multishot recv into provided buffers instead of a recv request per call), epoll (epoll_server.c, the limit for epoll),
 # uring (uring_server.c, liburing: the limit for io_uring), uring_fixed (the
 # same with URING_FIXED=1: each socket a registered file, named by its slot),
+# uring_pf (the same with URING_POLL_FIRST=1: each recv waits for data
+# before it tries, IORING_RECVSEND_POLL_FIRST),
 # and the peers uv, ev, go, asyncio, uvloop.
 #
 # Environment:
@@ -196,14 +198,14 @@ declare -A have=()
 for s in $SERVERS; do
   case $s in
     weft | weft_uring | weft_uring_pbuf | epoll) have[$s]=1 ;;
-    uring | uring_fixed) want_peer uring liburing-dev && have[$s]=1 ;;
+    uring | uring_fixed | uring_pf) want_peer uring liburing-dev && have[$s]=1 ;;
     uv) want_peer uv libuv1-dev && have[uv]=1 ;;
     ev) want_peer ev libev-dev && have[ev]=1 ;;
     go) want_peer go golang-go && have[go]=1 ;;
     asyncio) want_peer asyncio python3 && have[asyncio]=1 ;;
     uvloop) want_peer uvloop python3-uvloop && have[uvloop]=1 ;;
     *) die "unknown server '$s' (weft weft_uring weft_uring_pbuf epoll uring" \
-      "uring_fixed uv ev go asyncio uvloop)" ;;
+      "uring_fixed uring_pf uv ev go asyncio uvloop)" ;;
   esac
 done
 
@@ -239,7 +241,7 @@ case $btype in
 esac
 [ -z "$sanitize" ] || note "warning: $BUILD is built with $sanitize sanitizer"
 
-for s in weft weft_uring weft_uring_pbuf epoll uring uring_fixed uv ev; do
+for s in weft weft_uring weft_uring_pbuf epoll uring uring_fixed uring_pf uv ev; do
   b=${s%_uring*} # weft_uring, weft_uring_pbuf: echo_server_weft
   [[ $s != uring* ]] || b=uring
   if [ -n "${have[$s]:-}" ] && { [ ! -x "$bin/echo_server_$b" ] ||
@@ -371,6 +373,7 @@ server_cmd() { # server -> the command, in the array cmd
       ;;
     weft) cmd=(env WEFT_BACKEND=epoll "$bin/echo_server_weft") ;;
     uring_fixed) cmd=(env URING_FIXED=1 "$bin/echo_server_uring") ;;
+    uring_pf) cmd=(env URING_POLL_FIRST=1 "$bin/echo_server_uring") ;;
     *) cmd=("$bin/echo_server_$1") ;;
   esac
 }
