@@ -69,7 +69,8 @@ static void uring_notice(int err) {
  * writes the eventfd the backend watches: one wake-up per batch, however
  * many calls.
  * The loop takes the whole queue at the start of a turn (swapping it with
- * an empty array, so the callbacks run without the lock). */
+ * an empty array, so the callbacks run without the lock); a stop in one
+ * of them leaves the rest of that batch for the next run. */
 static int wake_open(weft_loop *loop) {
 #ifdef __linux__
   int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
