@@ -171,9 +171,14 @@ static void *good_client(void *arg) {
   }
   printf("good client: slowest answer %.3f ms\n", worst / 1e6);
   /* Without the I/O budget (io.c) the deaf peer's task ran alone for
-   * 50-150 ms at a time here; with it, under 5 ms. */
-  CHECK_LT(worst,
-           RUNNING_ON_VALGRIND || CHECK_ASAN ? WEFT_SEC(2) : WEFT_MS(100));
+   * 80-240 ms at a time here on epoll and poll; with it, 2-4 ms. (A bound
+   * of 100 ms let poll pass without the budget once.) On io_uring every
+   * call is a request that parks, so the task gives way at each one, and
+   * the answer takes about 0.1 ms: the bound holds there without the
+   * budget. */
+  int64_t bound = RUNNING_ON_VALGRIND || CHECK_ASAN || CHECK_TSAN ? WEFT_SEC(2)
+                                                                  : WEFT_MS(40);
+  CHECK_LT(worst, bound);
   CHECK_EQ(weft_stream_close(s), 0);
   return NULL;
 }

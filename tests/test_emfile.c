@@ -128,13 +128,21 @@ static void *server_main(void *arg) {
     CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
   CHECK_GT(nheld, 0);
   CHECK_EQ(weft_sleep(WEFT_MS(50)), 0);
-  /* Out of fds now: the acceptor must be idle, not spinning. */
+  /* Out of fds now, before the window and after it (a dup says so; the
+   * client still has connections waiting): the acceptor must be idle, not
+   * spinning. */
+  errno = 0;
+  CHECK_EQ(dup(lfd), -1);
+  CHECK_EQ(errno, EMFILE);
   int64_t c0 = check_cpu_ns();
   CHECK_EQ(weft_sleep(WEFT_MS(300)), 0);
   int64_t cpu = check_cpu_ns() - c0;
   printf("held %d connections; 300 ms out of fds cost %.2f ms CPU\n", nheld,
          cpu / 1e6);
-  CHECK_LT(nheld, HOLD); /* it did run out */
+  errno = 0;
+  CHECK_EQ(dup(lfd), -1);
+  CHECK_EQ(errno, EMFILE);
+  CHECK_LT(nheld, HOLD); /* the client has more waiting */
   if (!RUNNING_ON_VALGRIND)
     CHECK_LT(cpu, WEFT_MS(30));
   /* fds come back; the listener is still there and serves again. */
