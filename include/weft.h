@@ -162,10 +162,12 @@ void weft_loop_stop(weft_loop *loop);
 /* Frees a loop that is not running (called from inside the loop's own run,
  * it does nothing). Tasks that never finished are freed
  * without being resumed (their stacks are dropped: no code of theirs runs);
- * each leaves whatever queue it waits in (a channel, a semaphore...). Call
- * it on the loop's thread: called on another, it frees nothing and says so
- * on stderr (the loop's stacks are its thread's, and an io_uring ring can
- * only be waited on there). NULL is ignored. */
+ * each leaves whatever queue it waits in (a channel, a semaphore...).
+ * Callbacks still queued (weft_call_soon's, weft_call_soon_threadsafe's,
+ * a future's done-callbacks, those a stop left) and timers not yet fired
+ * are dropped without running. Call it on the loop's thread: called on another,
+ * it frees nothing and says so on stderr (the loop's stacks are its thread's,
+ * and an io_uring ring can only be waited on there). NULL is ignored. */
 void weft_loop_free(weft_loop *loop);
 
 /* The loop running on this thread; outside weft_loop_run, the last loop
@@ -789,7 +791,8 @@ typedef struct weft_select_case {
  * cases with a channel must wait and their records cannot be allocated
  * (nothing performed; up to 8 need no allocation, NULL ones none); -EINVAL for
  * a bad case (an unknown op, a NULL elem, a channel of another loop) or cases
- * NULL with n > 0. With no case that can ever be ready (n == 0, or every chan
+ * NULL with n > 0, and when it would wait on a channel whose loop was
+ * freed. With no case that can ever be ready (n == 0, or every chan
  * NULL) it waits until cancelled, as Go's empty select does for ever. */
 int weft_select(weft_select_case *cases, size_t n, int flags);
 

@@ -1246,9 +1246,10 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   weft__fd *e = weft__fd_entry(loop, op->fd, &rc);
   if (!e)
     return rc;
-  /* What the system call says of a length no buffer can have (the ring
-   * would move RW_MAX bytes, see below). */
-  if (op->len > SSIZE_MAX)
+  /* What read(2) and write(2) say of a length no buffer can have (the
+   * ring would move RW_MAX bytes, as recv and send do: see below). */
+  if (op->len > SSIZE_MAX && (op->kind == OP_READ || (op->kind == OP_WRITE &&
+                                                      !(e->flags & FD_SOCKET))))
     return -EFAULT;
   /* No completion form needed: connect's rules live in io.c, and with
    * MSG_DONTWAIT the call itself never blocks. */

@@ -358,14 +358,20 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
   if ((n && !cases) || n > INT_MAX || (flags & ~WEFT_NOWAIT) || !loop)
     return -EINVAL;
   size_t nwait = 0; /* the cases with a channel: a waiter each */
+  int orphans = 0;  /* channels whose loop is gone: nothing waits on them */
   for (size_t i = 0; i < n; i++) {
     weft_select_case *k = &cases[i];
     if (!k->chan)
       continue;
     nwait++;
-    if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem ||
-        k->chan->loop_id != loop->id)
+    if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem)
       return -EINVAL;
+    if (k->chan->loop_id != loop->id) {
+      if (!pthread_equal(k->chan->thread, pthread_self()) ||
+          weft__thread_loop_alive(k->chan->loop_id))
+        return -EINVAL; /* another loop's */
+      orphans = 1;
+    }
   }
   if (t) {
     int rc = weft__checkpoint();
@@ -387,7 +393,7 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
   }
   if (flags & WEFT_NOWAIT)
     return -EAGAIN;
-  if (!t)
+  if (!t || orphans)
     return -EINVAL;
   cwaiter stack_w[SELECT_STACK];
   cwaiter *w =

@@ -1730,6 +1730,20 @@ static void *orphans_free(void *arg) {
   TRY_SEND(dropped_a, 1, -EAGAIN);
   CHECK_EQ(weft_chan_recv(dropped_b, &v), -EINVAL); /* it would wait */
   CHECK_EQ(v, SENTINEL);
+  /* A select too: a case ready now is done, and it waits on none. */
+  int64_t one = 1;
+  weft_select_case k[2] = {sel_case(dropped_a, WEFT_RECV, &v),
+                           sel_case(dropped_b, WEFT_SEND, &one)};
+  CHECK_EQ(weft_select(k, 2, WEFT_NOWAIT), -EAGAIN);
+  CHECK_EQ(weft_select(k, 2, 0), -EINVAL);
+  weft_chan *buffered = weft_chan_new(sizeof(int64_t), 1); /* this loop's */
+  CHECK(buffered);
+  weft_select_case k2[2] = {sel_case(dropped_a, WEFT_RECV, &v),
+                            sel_case(buffered, WEFT_SEND, &one)};
+  CHECK_EQ(weft_select(k2, 2, 0), 1);
+  CHECK_EQ(k2[1].result, 0);
+  weft_chan_free(buffered);
+  CHECK_EQ(v, SENTINEL);
   weft_chan_free(dropped_a); /* wakes nobody: nobody is left */
   weft_chan_free(dropped_b);
   return NULL;
