@@ -278,16 +278,20 @@ static void *misc_main(void *arg) {
   if (!RUNNING_ON_VALGRIND) /* which says so of the system call */
     CHECK_EQ(weft_read(pipefd[0], buf, SIZE_MAX), -EFAULT);
   CHECK_EQ(weft_read(pipefd[0], buf, sizeof buf), 3);
-  /* recv and send cut such a length to what one call moves, and go on:
-   * io_uring too (it answered -EFAULT for a while). A static buffer: the
-   * kernel checks the cut length's range, which a stack near the top of
-   * the address space may not have. */
+  /* recv and send cut such a length to what one call moves, and go on
+   * (Linux: 5 here; qemu-user says -EFAULT): weft answers as the system
+   * call does, io_uring too (it answered -EFAULT for a while). A static
+   * buffer: the kernel checks the cut length's range, which a stack near
+   * the top of the address space may not have. */
   static char big[64];
   int sv[2];
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   CHECK_EQ(write(sv[0], "hello", 5), 5);
-  if (!RUNNING_ON_VALGRIND)
-    CHECK_EQ(weft_recv(sv[1], big, SIZE_MAX, 0), 5);
+  if (!RUNNING_ON_VALGRIND) {
+    ssize_t sys = recv(sv[1], big, SIZE_MAX, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t want = sys < 0 ? -errno : sys;
+    CHECK_EQ(weft_recv(sv[1], big, SIZE_MAX, 0), want);
+  }
   CHECK_EQ(weft_close(sv[0]), 0);
   CHECK_EQ(weft_close(sv[1]), 0);
   CHECK_EQ(weft_close(pipefd[0]), 0);
