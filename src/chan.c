@@ -60,15 +60,21 @@ struct weft_chan {
   cwaiter *receivers, *receivers_tail;
 };
 
+/* c's loop was freed, and c is this thread's to use and free. */
+static int orphaned(const weft_chan *c) {
+  return pthread_equal(c->thread, pthread_self()) &&
+         !weft__thread_loop_alive(c->loop_id);
+}
+
 /* Another thread is refused, and so is another loop's code while c's loop
- * lives; once that loop is freed, c is its thread's to use and free. */
+ * lives. */
 static int foreign(const weft_chan *c) {
   const weft_loop *r = weft__loop_running;
   if (r && r->id == c->loop_id)
     return 0;
-  if (!pthread_equal(c->thread, pthread_self()))
-    return 1;
-  return r && weft__thread_loop_alive(c->loop_id);
+  if (!r)
+    return !pthread_equal(c->thread, pthread_self());
+  return !orphaned(c);
 }
 
 /* ---- queues ----------------------------------------------------------- */
@@ -367,8 +373,7 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
     if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem)
       return -EINVAL;
     if (k->chan->loop_id != loop->id) {
-      if (!pthread_equal(k->chan->thread, pthread_self()) ||
-          weft__thread_loop_alive(k->chan->loop_id))
+      if (!orphaned(k->chan))
         return -EINVAL; /* another loop's */
       orphans = 1;
     }

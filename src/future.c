@@ -200,6 +200,21 @@ static void futures_free(weft_loop *loop) {
 }
 
 /* ---- completion ------------------------------------------------------- */
+/* Links the chain first..last into f's circular list of callbacks: after
+ * them (at_tail), or before them. */
+static void link_callbacks(weft_future *f, done_cb *first, done_cb *last,
+                           int at_tail) {
+  if (!f->cbs_last) {
+    last->next = first;
+    f->cbs_last = last;
+    return;
+  }
+  last->next = f->cbs_last->next;
+  f->cbs_last->next = first;
+  if (at_tail)
+    f->cbs_last = last;
+}
+
 static void queue_rest(weft_future *f, done_cb *rest);
 
 /* Calls the callbacks of the list `c` (NULL-ended) in order. A
@@ -262,13 +277,7 @@ static void queue_rest(weft_future *f, done_cb *rest) {
   while (last->next)
     last = last->next;
   last->rest_end = 1;
-  if (f->cbs_last) {
-    last->next = f->cbs_last->next;
-    f->cbs_last->next = rest;
-  } else {
-    last->next = rest;
-    f->cbs_last = last;
-  }
+  link_callbacks(f, rest, last, 0);
   weft__call_soon_first(f->loop, run_rest, f);
 }
 
@@ -375,13 +384,7 @@ int weft_future_add_done_callback(weft_future *f,
     }
     f->reserved = 1;
   }
-  if (f->cbs_last) {
-    c->next = f->cbs_last->next;
-    f->cbs_last->next = c;
-  } else {
-    c->next = c;
-  }
-  f->cbs_last = c;
+  link_callbacks(f, c, c, 1);
   if (f->state != PENDING && !f->queued)
     queue_callbacks(f);
   return 0;
