@@ -24,7 +24,7 @@
  * request. (A plain close(2) would no longer close such a socket, which is
  * why weft does not do this.) With URING_POLL_FIRST=1 each recv carries
  * IORING_RECVSEND_POLL_FIRST: it waits for data before it first tries
- * (measured: no gain, README).
+ * (measured: no gain, docs/benchmarks.md).
  */
 #ifndef _GNU_SOURCE /* CMake defines it for the whole project */
 #define _GNU_SOURCE
