@@ -101,12 +101,15 @@ demo: build
 	  echo "make demo: examples/demo.sh does not exist yet"; \
 	fi
 
-# Into a system directory as root (no DESTDIR), ldconfig updates ld.so's
-# cache, without which a program linked against libweft.so.0 there (in
-# /usr/local/lib, say) does not find it at run time.
+# Into a system prefix (/usr or /usr/local) as root, with no DESTDIR,
+# ldconfig updates ld.so's cache, without which a program linked against
+# libweft.so.0 there does not find it at run time. Another prefix is the
+# user's to point LD_LIBRARY_PATH or an rpath at (README): the system's
+# cache is left alone.
 install: build
 	DESTDIR='$(DESTDIR)' $(CMAKE) --install build --prefix '$(PREFIX)'
-	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+	@case '$(PREFIX)' in /usr|/usr/|/usr/local|/usr/local/) system=1;; *) system=0;; esac; \
+	if [ $$system = 1 ] && [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 asan:
 	@$(DEPS) core

@@ -108,7 +108,8 @@ typedef struct weft_config {
    * the environment variable WEFT_BACKEND, else the platform default
    * (epoll on Linux). A loop asked for io_uring that cannot have it (no
    * liburing in the build, an old kernel, seccomp, a memlock limit) uses
-   * the default and says so once on stderr. */
+   * the default and says so once on stderr. Any other name (here or in
+   * WEFT_BACKEND) is EINVAL, with a line on stderr that names it. */
   const char *backend;
   /* Default stack size of the loop's tasks, in bytes; rounded up to whole
    * pages. 0: 256 KiB. Only the pages a task touches cost memory. */

@@ -62,19 +62,22 @@ typedef struct weft__waiter {
   struct weft__waiter *next;
 } weft__waiter;
 
-/* fd entry flags. */
+/* fd entry flags. (FD_EXCEPT: a short read no longer tells that the fd is
+ * drained; see WEFT__EXCEPT.) */
 #define FD_KNOWN      1u  /* probed: the flags below are set */
 #define FD_NONBLOCK   2u  /* O_NONBLOCK is on */
 #define FD_STREAM     4u  /* stream socket or pipe: a short read drains it */
 #define FD_WATCHED    8u  /* the backend watches it (epoll: registered) */
 #define FD_UNPOLLABLE 16u /* a regular file: calls never wait */
 #define FD_SOCKET     32u /* a socket: write() becomes send(MSG_NOSIGNAL) */
-#define FD_HUP        64u /* hang-up or error seen: a short read drains nothing */
+#define FD_EXCEPT     64u /* hang-up, error or urgent data seen */
 #define FD_WAKE       128u /* the loop's own wake-up eventfd (loop.c) */
 
 /* With WEFT_READ / WEFT_WRITE in weft__fd_event's events: the backend saw a
- * hang-up or an error, which stays pending after a short read. */
-#define WEFT__HUP 4
+ * hang-up or an error, which stays pending after a short read, or urgent
+ * data (TCP's MSG_OOB), at whose mark a read stops short with data behind
+ * it. */
+#define WEFT__EXCEPT 4
 
 /* What the loop knows about one fd number (loop->fds[fd]). */
 struct weft__fd {

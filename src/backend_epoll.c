@@ -87,12 +87,12 @@ static WEFT__HOT int epoll_poll(weft_loop *loop, int64_t timeout) {
   for (int i = 0; i < n; i++) {
     uint32_t ev = st->events[i].events;
     int events = 0;
-    if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+    if (ev & (EPOLLIN | EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
       events |= WEFT_READ;
     if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
       events |= WEFT_WRITE;
-    if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-      events |= WEFT__HUP;
+    if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+      events |= WEFT__EXCEPT;
     weft__fd_event(loop, st->events[i].data.fd, events);
   }
   if (n == st->cap && st->cap < EVENTS_MAX) {
@@ -110,7 +110,8 @@ static int epoll_watch(weft_loop *loop, int fd, weft__fd *e) {
   if (e->flags & FD_WATCHED)
     return 0;
   epoll_state *st = loop->backend_data;
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLPRI | EPOLLOUT |
+                                     EPOLLRDHUP | EPOLLET,
                            .data.fd = fd};
   if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
     /* EEXIST: a dup of a closed fd kept its registration; take it over. */

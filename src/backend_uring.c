@@ -343,14 +343,14 @@ static void watch_done(weft_loop *loop, uring_state *st, uint64_t ud, int res) {
   e->slot = 0;
   int events = 0;
   if (res < 0)
-    events = WEFT_READ | WEFT_WRITE | WEFT__HUP;
+    events = WEFT_READ | WEFT_WRITE | WEFT__EXCEPT;
   else {
     if (res & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))
       events |= WEFT_READ;
     if (res & (POLLOUT | POLLHUP | POLLERR))
       events |= WEFT_WRITE;
     if (res & (POLLRDHUP | POLLHUP | POLLERR))
-      events |= WEFT__HUP;
+      events |= WEFT__EXCEPT;
   }
   weft__fd_event(loop, fd, events);
   e = &loop->fds[fd];
@@ -1216,17 +1216,19 @@ static void rx_close(weft_loop *loop, uring_state *st, int fd) {
 /* Whether rx_recv takes this input call, a stream socket's, once multishot
  * recv is set up: 1 if it does; 0 if a request of its own does; -ENOTSUP
  * for a flag that would need the stream's next bytes while they are the
- * multishot request's (MSG_TRUNC...). Flags that change nothing for a recv
- * (MSG_NOSIGNAL, MSG_CMSG_CLOEXEC) are no reason to leave the queue;
- * MSG_OOB and MSG_ERRQUEUE read data that never enters it. With the fault
- * hook on (tests), only a socket whose data already goes through it. */
+ * multishot request's (MSG_TRUNC...), or for MSG_OOB: the request reads
+ * past the urgent mark, and the kernel drops the urgent byte then. Flags
+ * that change nothing for a recv (MSG_NOSIGNAL, MSG_CMSG_CLOEXEC) are no
+ * reason to leave the queue; MSG_ERRQUEUE reads data that never enters
+ * it. With the fault hook on (tests), only a socket whose data already
+ * goes through it. */
 static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
   if ((e->flags & (FD_SOCKET | FD_STREAM)) != (FD_SOCKET | FD_STREAM))
     return 0;
   const rx *r = (const rx *)ms_at(&st->rxs, op->fd);
   int busy = r && (r->ms.armed || r->len);
   int flags = op->flags & ~(MSG_NOSIGNAL | MSG_CMSG_CLOEXEC);
-  if (flags & (MSG_OOB | MSG_ERRQUEUE))
+  if (flags & MSG_ERRQUEUE)
     return 0;
   if (flags & ~(MSG_PEEK | MSG_WAITALL | MSG_DONTWAIT))
     return busy ? -ENOTSUP : 0;

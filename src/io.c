@@ -18,9 +18,14 @@
  * instead, which saves a syscall per message on a busy connection. (The
  * event cannot be missed: epoll's registration is made when the fd is
  * first seen, and reports every new arrival; poll is level-triggered.)
- * Not so once the peer has hung up or an error is pending (FD_HUP): that
+ * Not so once the peer has hung up or an error is pending (FD_EXCEPT): that
  * stays after the data is drained, and edge-triggered epoll reported it
- * only once, so the next read must be tried.
+ * only once, so the next read must be tried; nor once urgent data has come
+ * (FD_EXCEPT too): a read stops short at its mark, data behind it.
+ *
+ * A call that is not about the queue of bytes (no bytes, MSG_OOB,
+ * MSG_ERRQUEUE) neither reads nor clears the hints: an urgent byte or an
+ * empty error queue says nothing of the data behind them.
  *
  * Every system call of an operation first asks weft__fault_hook (fault.h),
  * which the tests set to inject failures; it is NULL otherwise, and costs
@@ -252,9 +257,9 @@ WEFT__HOT void weft__fd_event(weft_loop *loop, int fd, int events) {
       weft__quit_fd_read(loop);
     return;
   }
-  if (events & WEFT__HUP) {
-    e->flags |= FD_HUP;
-    events &= ~WEFT__HUP;
+  if (events & WEFT__EXCEPT) {
+    e->flags |= FD_EXCEPT;
+    events &= ~WEFT__EXCEPT;
   }
   e->ready |= (uint8_t)events;
   weft__waiter *w = e->waiters;
@@ -304,7 +309,8 @@ try_op(int kind, const weft__op *op, const weft__fd *e, size_t len) {
 static inline __attribute__((always_inline)) void
 note_short(int kind, weft__fd *e, const weft__op *op, ssize_t n, size_t len) {
   if (n <= 0 || (size_t)n >= len || !(e->flags & FD_STREAM) ||
-      (e->flags & FD_HUP) || (op->flags & MSG_PEEK))
+      (e->flags & FD_EXCEPT) ||
+      (op->flags & (MSG_PEEK | MSG_OOB | MSG_ERRQUEUE)))
     return;
   if (kind == OP_READ || kind == OP_RECV)
     e->ready &= (uint8_t)~WEFT_READ;
@@ -334,6 +340,13 @@ faulty_op(int kind, const weft__op *op, weft__fd *e) {
   if (n >= 0)
     note_short(kind, e, op, n, len);
   return n;
+}
+
+/* The fd's generation, which weft_close moves on: a call that waited or
+ * yielded and finds it changed had its fd closed under it (-EBADF), and
+ * must not act on whatever file has the number now. */
+static uint32_t fd_gen(const weft_loop *loop, int fd) {
+  return (size_t)fd < loop->nfds ? loop->fds[fd].gen : 0;
 }
 
 /* One connect(), unless the fault hook fails it. */
@@ -385,9 +398,12 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
   int started = start_connect(op);
   int64_t backoff = CONNECT_BACKOFF_MIN;
   while (started == -EAGAIN && op->addr && op->addr->sa_family == AF_UNIX) {
+    uint32_t gen = fd_gen(loop, op->fd);
     int rc = weft_sleep(backoff);
     if (rc < 0)
       return rc;
+    if (fd_gen(loop, op->fd) != gen) /* closed while it slept */
+      return -EBADF;
     if (backoff < CONNECT_BACKOFF_MAX)
       backoff *= 2;
     started = start_connect(op);
@@ -419,11 +435,42 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
  * polls and the other tasks run (the fairness that tokio's budget gives:
  * without it, a task that always finds data ready would run alone as long as
  * its peer keeps up). */
-static inline __attribute__((always_inline)) void
-spend_budget(weft_loop *loop) {
-  if (--loop->io_budget == 0) {
-    loop->io_budget = WEFT__IO_BUDGET;
-    (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+static __attribute__((noinline)) int budget_spent(weft_loop *loop, int fd) {
+  loop->io_budget = WEFT__IO_BUDGET;
+  uint32_t gen = fd_gen(loop, fd);
+  (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+  if (fd_gen(loop, fd) != gen) /* closed meanwhile: the call had begun */
+    return -EBADF;
+  return 0;
+}
+
+/* A call whose answer is not about the fd's queue of bytes (none asked
+ * for, urgent data, the error queue): tried whatever the hint says, it
+ * waits only after its own EAGAIN, and leaves the hint alone. */
+static inline int is_aside(const weft__op *op) {
+  return op->len == 0 || (op->flags & (MSG_OOB | MSG_ERRQUEUE));
+}
+
+static __attribute__((noinline, cold)) ssize_t
+aside(weft_loop *loop, weft__op *op, int kind, int dir) {
+  for (;;) {
+    weft__fd *e = &loop->fds[op->fd];
+    ssize_t n = weft__fault_hook ? faulty_op(kind, op, e)
+                                 : try_op(kind, op, e, op->len);
+    if (n >= 0) {
+      if (op->flags & MSG_OOB) /* the urgent mark is ahead: see the top */
+        e->flags |= FD_EXCEPT;
+      return n;
+    }
+    if (errno == EINTR)
+      continue;
+    if ((errno != EAGAIN && errno != EWOULDBLOCK) || (e->flags & FD_UNPOLLABLE))
+      return -errno;
+    if (op->flags & MSG_DONTWAIT)
+      return -EAGAIN;
+    int revents, rc = wait_on(loop, op->fd, dir, &revents);
+    if (rc < 0)
+      return rc;
   }
 }
 
@@ -433,9 +480,14 @@ spend_budget(weft_loop *loop) {
  * table. */
 static inline __attribute__((always_inline)) ssize_t
 readiness(weft_loop *loop, weft__op *op, const int kind) {
-  spend_budget(loop);
-  int rc = weft__checkpoint();
-  if (rc < 0)
+  /* Read before any call, while the compiler still knows them (the
+   * public calls' constant flags, above all). */
+  const int aside_call = is_aside(op);
+  int rc;
+  if (__builtin_expect(--loop->io_budget == 0, 0) &&
+      (rc = budget_spent(loop, op->fd)) < 0)
+    return rc;
+  if ((rc = weft__checkpoint()) < 0)
     return rc;
   const int fd = op->fd;
   weft__fd *e = weft__fd_entry(loop, fd, &rc);
@@ -444,6 +496,8 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
   if (kind == OP_CONNECT)
     return do_connect(loop, op);
   const int dir = weft__op_is_input(kind) ? WEFT_READ : WEFT_WRITE;
+  if (__builtin_expect(aside_call, 0))
+    return aside(loop, op, kind, dir);
   for (;;) {
     e = &loop->fds[fd]; /* the table may have moved while parked */
     /* MSG_DONTWAIT asks for the call's own answer now, EAGAIN included:
@@ -611,10 +665,6 @@ static void drop_one(weft_loop *loop, int fd) {
   if (c >= 0)
     close(c);
   loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-}
-
-static uint32_t fd_gen(const weft_loop *loop, int fd) {
-  return (size_t)fd < loop->nfds ? loop->fds[fd].gen : 0;
 }
 
 static int listener_is_stream(const weft_loop *loop, int fd) {

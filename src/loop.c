@@ -239,7 +239,9 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
   const char *name =
       cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
   const weft__backend *backend = backend_named(name);
-  if (!backend) {
+  if (!backend) { /* a typo in WEFT_BACKEND would otherwise go unexplained */
+    fprintf(stderr, "weft: no backend named \"%s\" (epoll, poll, io_uring)\n",
+            name);
     errno = EINVAL;
     return NULL;
   }

@@ -132,8 +132,14 @@ static chunk *map_chunk(weft__stack_class *c) {
   chunk *k = weft__calloc(1, sizeof *k);
   if (!k)
     return NULL;
-  void *base = mmap(NULL, n * c->size, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  /* A chunk reserves address space only; where that is short (RLIMIT_AS),
+   * fewer slots may still fit, down to the one asked for. */
+  void *base;
+  while ((base = mmap(NULL, n * c->size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)) ==
+             MAP_FAILED &&
+         n > 1)
+    n /= 2;
   if (base == MAP_FAILED) {
     weft__free(k);
     errno = ENOMEM;

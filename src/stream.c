@@ -249,11 +249,11 @@ static ssize_t read_in(weft_stream *s, void *buf, size_t len) {
 }
 
 static ssize_t read_exact_in(weft_stream *s, void *buf, size_t len) {
-  if (len > 0) {
-    ssize_t rc = skip_rest(s);
-    if (rc < 0)
-      return rc;
-  }
+  if (len == 0) /* buf may be NULL then */
+    return 0;
+  ssize_t rc = skip_rest(s);
+  if (rc < 0)
+    return rc;
   if (len <= s->cap) {
     /* Gather all of it in rbuf first, so a failure consumes nothing. */
     while (s->rlen - s->rpos < len) {
@@ -306,6 +306,8 @@ static int flush_in(weft_stream *s) {
 }
 
 static ssize_t write_in(weft_stream *s, const void *buf, size_t len) {
+  if (len == 0) /* buf may be NULL then */
+    return 0;
   if (len <= s->cap - s->wlen) {
     memcpy(s->wbuf + s->wlen, buf, len);
     s->wlen += len;

@@ -2,7 +2,7 @@
  * For the tests of the loop and what is built on it: run one task on a
  * fresh loop until the loop has nothing left, and check that it ran out of
  * work (0), rather than stopping or failing; or until it waits, and drop
- * it with the loop.
+ * it with the loop. Also: receive an exact message.
  */
 #ifndef WEFT_LOOP_CHECK_H
 #define WEFT_LOOP_CHECK_H
@@ -10,6 +10,21 @@
 #include "weft.h"
 
 #include "check.h"
+
+/* Receives on fd (weft_recv, in as many pieces as it takes) until `want`
+ * has come whole, and checks the bytes. */
+static inline void check_recv_exactly(int fd, const char *want) {
+  char all[256];
+  size_t got = 0, len = strlen(want);
+  CHECK_LT(len, sizeof all);
+  while (got < len) {
+    ssize_t n = weft_recv(fd, all + got, sizeof all - got, 0);
+    CHECK_GT(n, 0);
+    got += (size_t)n;
+  }
+  CHECK_EQ(got, len);
+  CHECK(memcmp(all, want, len) == 0);
+}
 
 static inline void check_run(void *(*fn)(void *), void *arg) {
   weft_loop *loop = weft_loop_new(NULL);

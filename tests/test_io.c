@@ -10,7 +10,16 @@
  *  - a task woken for an fd that another task closes (and the number
  *    reused) before it runs gets -EBADF, not the new file's data; one
  *    cancelled in that window does not do the read (epoll, poll);
+ *  - a call that yields for the I/O budget, its fd closed meanwhile by
+ *    another task (and the number reused), returns -EBADF and writes
+ *    nothing to the new file;
  *  - recv with MSG_WAITALL gathers len bytes (or up to the end);
+ *  - calls that are not about the queue of bytes answer at once whatever
+ *    the last call left: a read of 0 bytes after EAGAIN, MSG_OOB with no
+ *    urgent data (-EINVAL); an urgent byte is read, and the data around it
+ *    after (-ENOTSUP for MSG_OOB on a socket read by io_uring's multishot
+ *    recv, which reads past the urgent mark); and with the urgent byte left
+ *    unread, the data around it is read whole;
  *  - a huge fd number is -EBADF at once;
  *  - a cancelled read consumed nothing; a cancelled wait returns
  *    -ECANCELED; a task cancelled before its call never makes it;
@@ -34,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -555,6 +566,136 @@ static void test_reuse(void) {
   reuse_case(1);
 }
 
+/* ---- calls beside the queue of bytes -----------------------------------
+ * A short read clears the fd's read hint on epoll and poll, and so does
+ * EAGAIN: the next call waits for an event first. Calls whose answer is not
+ * about the queued bytes must not: each runs under a 5 s deadline, which a
+ * wait for an event that never comes would reach. */
+static void tcp_pair(int sv[2]) {
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(l, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof a;
+  CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(listen(l, 1), 0);
+  CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+  sv[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(sv[1], 0);
+  CHECK_EQ(connect(sv[1], (struct sockaddr *)&a, sizeof a), 0);
+  sv[0] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+  CHECK_GE(sv[0], 0);
+  close(l);
+}
+
+static void *aside_main(void *arg) {
+  (void)arg;
+  const char *pb = getenv("WEFT_URING_PBUF");
+  int pbuf = strcmp(weft_loop_backend(weft_loop_current()), "io_uring") == 0 &&
+             pb && strcmp(pb, "1") == 0;
+  int sv[2];
+  tcp_pair(sv);
+  char b[16];
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + WEFT_SEC(5));
+  CHECK_EQ(send(sv[1], "ab", 2, 0), 2);
+  CHECK_EQ(weft_recv(sv[0], b, sizeof b, 0), 2); /* short: drained */
+  ssize_t rc = weft_recv(sv[0], b, sizeof b, MSG_OOB);
+  if (pbuf) /* the multishot request is armed now (if the kernel has it) */
+    CHECK(rc == -ENOTSUP || rc == -EINVAL);
+  else
+    CHECK_EQ(rc, -EINVAL); /* no urgent data */
+  CHECK_EQ(weft_recv(sv[0], b, sizeof b, MSG_DONTWAIT), -EAGAIN);
+  CHECK_EQ(weft_read(sv[0], b, 0), 0);
+
+  /* "cd", an urgent "Z", "ef"; then the urgent byte, then the rest. */
+  CHECK_EQ(send(sv[1], "cd", 2, 0), 2);
+  CHECK_EQ(send(sv[1], "Z", 1, MSG_OOB), 1);
+  CHECK_EQ(send(sv[1], "ef", 2, 0), 2);
+  struct pollfd p = {.fd = sv[0], .events = POLLPRI};
+  CHECK_EQ(poll(&p, 1, 5000), 1); /* it has come */
+  rc = weft_recv(sv[0], b, sizeof b, MSG_OOB);
+  if (pbuf && rc == -ENOTSUP) {
+    printf("MSG_OOB with multishot recv armed: -ENOTSUP\n");
+  } else {
+    CHECK_EQ(rc, 1);
+    CHECK_EQ(b[0], 'Z');
+  }
+  check_recv_exactly(sv[0],
+                     "cdef"); /* the read stops at the mark: "cd", "ef" */
+  CHECK_EQ(weft_close(sv[0]), 0);
+  close(sv[1]);
+
+  /* The same, the urgent byte not read: the loop sees it come (epoll:
+   * EPOLLPRI) before the reads, which skip it. */
+  tcp_pair(sv);
+  CHECK_EQ(send(sv[1], "00", 2, 0), 2); /* a read makes the loop watch it */
+  check_recv_exactly(sv[0], "00");
+  CHECK_EQ(send(sv[1], "gh", 2, 0), 2);
+  CHECK_EQ(send(sv[1], "Y", 1, MSG_OOB), 1);
+  CHECK_EQ(send(sv[1], "ij", 2, 0), 2);
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
+  check_recv_exactly(sv[0], "ghij");
+  CHECK_EQ(weft_scope_exit(&sc), 0);
+  CHECK_EQ(weft_close(sv[0]), 0);
+  close(sv[1]);
+  return NULL;
+}
+
+static void test_aside(void) { check_run(aside_main, NULL); }
+
+/* ---- closed while a call yields ---------------------------------------
+ * After WEFT__IO_BUDGET calls that did not block, the next one yields
+ * before it acts (io.c). The closer, ready from the start, runs then: it
+ * closes the writer's fd and puts another socket at its number. */
+static int yc_a[2], yc_b[2], yc_closing;
+
+static void *yc_closer(void *arg) {
+  (void)arg;
+  yc_closing = 1;
+  CHECK_EQ(weft_close(yc_a[0]), 0);
+  CHECK_EQ(dup2(yc_b[0], yc_a[0]), yc_a[0]);
+  return NULL;
+}
+
+static void *yc_writer(void *arg) {
+  (void)arg;
+  ssize_t rc = 0;
+  int sent = 0;
+  weft_task *closer = weft_spawn(yc_closer, NULL);
+  CHECK(closer != NULL);
+  while (!yc_closing && sent < 1000) {
+    if ((rc = weft_write(yc_a[0], "x", 1)) != 1)
+      break;
+    sent++;
+  }
+  CHECK(yc_closing);
+  /* io_uring's write parks, and may be done before the close. */
+  if (strcmp(weft_loop_backend(weft_loop_current()), "io_uring") != 0 ||
+      rc != 1)
+    CHECK_EQ(rc, -EBADF);
+  else
+    sent++;
+  CHECK_EQ(weft_join(closer, NULL), 0);
+  char buf[2048];
+  ssize_t got = recv(yc_a[1], buf, sizeof buf, MSG_DONTWAIT);
+  CHECK_EQ(got < 0 && errno == EAGAIN ? 0 : got, sent);
+  errno = 0;
+  CHECK_EQ(recv(yc_b[1], buf, sizeof buf, MSG_DONTWAIT), -1); /* nothing */
+  CHECK_EQ(errno, EAGAIN);
+  return NULL;
+}
+
+static void test_yield_closed(void) {
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, yc_a), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, yc_b), 0);
+  check_run(yc_writer, NULL);
+  for (int i = 0; i < 2; i++) {
+    close(yc_a[i]);
+    close(yc_b[i]);
+  }
+}
+
 /* A recv whose task is dropped by weft_loop_free before the call was
  * handed to the kernel (io_uring: the loop stopped in the same turn) takes
  * no bytes: the data is the task's, if its call returned, or the
@@ -651,7 +792,9 @@ int main(void) {
   test_close_wakes();
   test_woken();
   test_waitall();
+  test_aside();
   test_reuse();
+  test_yield_closed();
   test_dropped_recv();
   test_cancel();
   test_epipe();

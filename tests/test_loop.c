@@ -115,6 +115,13 @@ static void test_misuse(void) {
   weft_loop_free(loop);
 }
 
+static void unknown_backend(void *arg) {
+  weft_config cfg = {.backend = arg};
+  errno = 0;
+  CHECK(weft_loop_new(&cfg) == NULL);
+  CHECK_EQ(errno, EINVAL);
+}
+
 static void test_backend_name(void) {
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
@@ -126,10 +133,12 @@ static void test_backend_name(void) {
   CHECK(loop);
   CHECK_STR_EQ(weft_loop_backend(loop), "poll");
   weft_loop_free(loop);
-  cfg.backend = "kqueue";
-  errno = 0;
-  CHECK(weft_loop_new(&cfg) == NULL);
-  CHECK_EQ(errno, EINVAL);
+  /* An unknown name is EINVAL, and stderr says which. */
+  check_child res;
+  check_child_run(unknown_backend, "kqueue", &res, 10);
+  CHECK_EXITED(res, 0);
+  CHECK_STR_EQ(res.err,
+               "weft: no backend named \"kqueue\" (epoll, poll, io_uring)\n");
 }
 
 /* ---- timer order ------------------------------------------------------ */

@@ -48,15 +48,7 @@ static void *echo_conn(void *arg) {
 static void exchange(int fd, const char *msg) {
   size_t len = strlen(msg);
   CHECK_EQ(weft_send(fd, msg, len, 0), (ssize_t)len);
-  char buf[256];
-  size_t got = 0;
-  while (got < len) {
-    ssize_t n = weft_recv(fd, buf + got, sizeof buf - got, 0);
-    CHECK_GT(n, 0);
-    got += (size_t)n;
-  }
-  CHECK_EQ(got, len);
-  CHECK(memcmp(buf, msg, len) == 0);
+  check_recv_exactly(fd, msg);
 }
 
 /* ---- TCP, both families ----------------------------------------------- */
@@ -233,7 +225,8 @@ static void *unix_main(void *arg) {
 }
 
 /* A full backlog: Linux refuses a non-blocking Unix connect with EAGAIN;
- * weft_unix_connect waits and tries again until the listener takes it. */
+ * weft_unix_connect waits and tries again until the listener takes it (or
+ * its socket is closed meanwhile: -EBADF). */
 static int full_connected;
 
 static void *full_connector(void *arg) {
@@ -241,6 +234,24 @@ static void *full_connector(void *arg) {
   CHECK_GE(c, 0);
   full_connected++;
   CHECK_EQ(weft_close(c), 0);
+  return NULL;
+}
+
+/* Closes the connecting task's socket while its connect waits for room,
+ * puts another socket at the number, then makes room. */
+static int bf_sock, bf_lfd;
+
+static void *bf_closer(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0); /* the connect backs off meanwhile */
+  int o = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(o, 0);
+  CHECK_EQ(weft_close(bf_sock), 0);
+  CHECK_EQ(dup2(o, bf_sock), bf_sock);
+  close(o);
+  int a = accept4(bf_lfd, NULL, NULL, SOCK_CLOEXEC);
+  CHECK_GE(a, 0);
+  close(a);
   return NULL;
 }
 
@@ -280,6 +291,23 @@ static void *unix_full_main(void *arg) {
   weft_scope_enter(&sc, weft_now() + WEFT_MS(20));
   CHECK_EQ(weft_unix_connect(upath), -ETIMEDOUT);
   CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+  /* Its socket closed by another task (and the number reused) while it
+   * waits: -EBADF, and the socket now at the number stays unconnected. */
+  bf_lfd = lfd;
+  bf_sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(bf_sock, 0);
+  weft_task *closer = weft_spawn(bf_closer, NULL);
+  CHECK(closer != NULL);
+  struct sockaddr_un un = {.sun_family = AF_UNIX};
+  strcpy(un.sun_path, upath);
+  CHECK_EQ(weft_connect(bf_sock, (struct sockaddr *)&un, sizeof un), -EBADF);
+  CHECK_EQ(weft_join(closer, NULL), 0);
+  struct sockaddr_un peer;
+  socklen_t plen = sizeof peer;
+  errno = 0;
+  CHECK_EQ(getpeername(bf_sock, (struct sockaddr *)&peer, &plen), -1);
+  CHECK_EQ(errno, ENOTCONN);
+  CHECK_EQ(close(bf_sock), 0);
   CHECK_EQ(weft_close(hold), 0);
   CHECK_EQ(weft_close(hold2), 0);
   CHECK_EQ(weft_close(lfd), 0);

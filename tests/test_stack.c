@@ -13,6 +13,8 @@
  *    memory, and when a chunk's worth is released beyond the warm limit the
  *    pages go back to the kernel;
  *  - weft__stack_trim unmaps everything, only when no stack is out;
+ *  - with address space short (RLIMIT_AS), a stack that fits is had even
+ *    where a whole chunk of them would not;
  *  - a million guarded stacks fit in a few mappings when guards are
  *    MADV_GUARD_INSTALL markers; with mprotect guards acquiring fails
  *    cleanly (NULL, ENOMEM) once vm.max_map_count is reached.
@@ -26,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -333,6 +336,37 @@ static void test_million(void) {
   free(v);
 }
 
+/* ---- address space short ---------------------------------------------
+ * In a child: the process may map 600 MiB more than it has. A 100 MiB
+ * stack's chunk would be 1 GiB (ten slots); the pool must settle for
+ * fewer, and hand out five such stacks, each usable to its lowest byte. */
+#define BIG_STACK ((size_t)100 << 20)
+
+static void big_stacks(void *unused) {
+  (void)unused;
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long pages = 0;
+  CHECK(f != NULL && fscanf(f, "%lu", &pages) == 1);
+  fclose(f);
+  struct rlimit rl = {pages * pagesz + ((size_t)600 << 20), RLIM_INFINITY};
+  CHECK_EQ(setrlimit(RLIMIT_AS, &rl), 0);
+  for (int i = 0; i < 5; i++) {
+    weft__stack *s = weft__stack_acquire(BIG_STACK);
+    if (!s) {
+      fprintf(stderr, "stack %d of 100 MiB: %s\n", i, strerror(errno));
+      _exit(1);
+    }
+    volatile char *lo = (volatile char *)s->region.lo;
+    lo[0] = 1;
+  }
+}
+
+static void test_address_space(void) {
+  check_child res;
+  check_child_run(big_stacks, NULL, &res, 30);
+  CHECK_EXITED(res, 0);
+}
+
 /* `test_stack million` runs only the million-stack case (a ctest entry of
  * its own, with a longer timeout); without arguments, everything else. */
 int main(int argc, char **argv) {
@@ -356,6 +390,9 @@ int main(int argc, char **argv) {
   CHECK_EQ(weft__stack_trim(), 1);
   test_lazy();
   test_trim();
+  /* ASan reserves terabytes of shadow memory: no RLIMIT_AS for it. */
+  if (!CHECK_ASAN && !RUNNING_ON_VALGRIND)
+    test_address_space();
   printf("ok\n");
   return 0;
 }

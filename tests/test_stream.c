@@ -435,6 +435,12 @@ static void *misuse_main(void *arg) {
   CHECK_EQ(weft_stream_read(s, NULL, 4), -EINVAL);
   CHECK_EQ(weft_stream_read(s, buf, 0), 0);
   CHECK_EQ(weft_stream_write(s, NULL, 4), -EINVAL);
+  /* No bytes, no buffer: allowed, and nothing is copied (UBSan would see a
+   * memcpy from NULL). */
+  CHECK_EQ(weft_stream_read(s, NULL, 0), 0);
+  CHECK_EQ(weft_stream_read_exact(s, NULL, 0), 0);
+  CHECK_EQ(weft_stream_write(s, NULL, 0), 0);
+  CHECK_EQ(weft_stream_flush(s), 0);
   CHECK_EQ(weft_stream_close(NULL), 0);
   CHECK_EQ(weft_stream_close(s), 0);
   CHECK_EQ(weft_close(sv[1]), 0);
