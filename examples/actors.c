@@ -55,12 +55,11 @@ static int run(void *arg) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 2) {
+    fprintf(stderr, "usage: actors [count]\n");
+    return 2;
+  }
   long n = argc > 1 ? arg_long("actors", "the count", argv[1], 0, 1000000000)
                     : 10000;
-  int rc = weft_main(run, (void *)(intptr_t)n);
-  if (rc < 0) {
-    fprintf(stderr, "actors: %s\n", weft_strerror(rc));
-    return 1;
-  }
-  return rc;
+  return exit_status("actors", weft_main(run, (void *)(intptr_t)n));
 }

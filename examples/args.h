@@ -1,7 +1,10 @@
-/* Numbers from the command line, for the examples: the whole argument
- * must be a number in range, or the example says so and exits 2. */
+/* For the examples: numbers from the command line (the whole argument
+ * must be a number in range, or the example says so and exits 2), and the
+ * exit status from weft_main's answer. */
 #ifndef WEFT_EXAMPLES_ARGS_H
 #define WEFT_EXAMPLES_ARGS_H
+
+#include "weft.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,6 +32,16 @@ static inline double arg_scale(const char *prog, const char *s) {
     exit(2);
   }
   return v;
+}
+
+/* weft_main's answer as main's exit status: fn's value, or, if the loop
+ * failed (its negative errno would exit with 234 or so and say nothing),
+ * the error on stderr and 1. */
+static inline int exit_status(const char *prog, int rc) {
+  if (rc >= 0)
+    return rc;
+  fprintf(stderr, "%s: %s\n", prog, weft_strerror(rc));
+  return 1;
 }
 
 #endif

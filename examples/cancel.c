@@ -77,5 +77,5 @@ int main(int argc, char **argv) {
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  return weft_main(demo_cancel_io, NULL);
+  return exit_status("cancel", weft_main(demo_cancel_io, NULL));
 }

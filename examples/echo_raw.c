@@ -84,5 +84,5 @@ int main(int argc, char **argv) {
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  return weft_main(tcp_server, NULL);
+  return exit_status("echo_raw", weft_main(tcp_server, NULL));
 }

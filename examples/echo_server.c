@@ -212,5 +212,5 @@ int main(int argc, char **argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-  return weft_main(server_loop, NULL);
+  return exit_status("echo_server", weft_main(server_loop, NULL));
 }

@@ -29,6 +29,8 @@
 #include <string.h>
 #include <weft.h>
 
+#include "args.h"
+
 #define TICK WEFT_MS(50)
 
 static long n = 1500000; /* count the primes below n */
@@ -115,5 +117,5 @@ int main(int argc, char **argv) {
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  return weft_main(demo, NULL);
+  return exit_status("executor", weft_main(demo, NULL));
 }

@@ -20,4 +20,9 @@ static int run(void *unused) {
   return 0;
 }
 
-int main(void) { return weft_main(run, NULL); }
+int main(void) {
+  int rc = weft_main(run, NULL); /* fn's value, or the loop's error */
+  if (rc < 0)
+    fprintf(stderr, "hello: %s\n", weft_strerror(rc));
+  return rc != 0;
+}

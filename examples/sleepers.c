@@ -66,5 +66,5 @@ int main(int argc, char **argv) {
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  return weft_main(run, NULL);
+  return exit_status("sleepers", weft_main(run, NULL));
 }

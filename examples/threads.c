@@ -82,5 +82,5 @@ int main(int argc, char **argv) {
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  return weft_main(run, NULL);
+  return exit_status("threads", weft_main(run, NULL));
 }

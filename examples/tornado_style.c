@@ -109,5 +109,6 @@ int main(int argc, char **argv) {
     }
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
-  return weft_main(routine_main, NULL); /* IOLoop.instance().run_sync */
+  /* IOLoop.instance().run_sync */
+  return exit_status("tornado_style", weft_main(routine_main, NULL));
 }
