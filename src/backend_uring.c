@@ -1180,6 +1180,7 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
     if (!r->ms.armed)
       rx_arm(loop, st, r);
     uring_op u = {.r = r};
+    uint32_t gen = loop->fds[op->fd].gen;
     int rc = waitlist_park(loop, &r->ms.waiting, &u, op->fd, undo_rx);
     if (rc != 1) {
       /* Cancelled, or closed: what was taken is the caller's (a
@@ -1187,8 +1188,9 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
       *out = got ? (ssize_t)got : rc;
       return 1;
     }
-    if (ms_at(&st->rxs, op->fd) != &r->ms) {
-      /* Closed after the data woke us, before we ran. */
+    if (loop->fds[op->fd].gen != gen || ms_at(&st->rxs, op->fd) != &r->ms) {
+      /* Closed after the data woke us, before we ran (and the number
+       * perhaps reused: a new record can have the old one's address). */
       *out = got ? (ssize_t)got : -EBADF;
       return 1;
     }
