@@ -65,7 +65,8 @@ static inline void bench_print(const char *name, double value,
  *   -r ROUNDS  timed rounds (the median is reported); default `rounds`
  *   -n ITERS   iterations per round; default `iters`
  *   -v         print every round's figure to stderr
- * Exits with a usage message on anything else. */
+ * Exits with a usage message on anything else (on stdout and 0 for -h and
+ * --help). */
 typedef struct bench_opts {
   int rounds;
   long iters;
@@ -75,7 +76,12 @@ typedef struct bench_opts {
 static inline bench_opts bench_parse(int argc, char **argv, int rounds,
                                      long iters) {
   bench_opts o = {rounds, iters, 0};
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("usage: %s [-r rounds] [-n iterations] [-v]\n", argv[0]);
+    exit(0);
+  }
   int c;
+  opterr = 0; /* one usage line says it all */
   while ((c = getopt(argc, argv, "r:n:v")) != -1) {
     switch (c) {
     case 'r': o.rounds = atoi(optarg); break;

@@ -278,33 +278,37 @@ static int bench_main(void *unused) {
   return 0;
 }
 
-static void usage(void) {
-  fprintf(stderr, "usage: bench_files [-u] [-n reads] [-q depth] [-f path]\n");
-  exit(2);
+static void usage(int status) {
+  fprintf(status ? stderr : stdout,
+          "usage: bench_files [-u] [-n reads] [-q depth] [-f path]\n");
+  exit(status);
 }
 
 int main(int argc, char **argv) {
   int c;
   char *end;
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+    usage(0);
+  opterr = 0; /* one usage line says it all */
   while ((c = getopt(argc, argv, "un:q:f:")) != -1) {
     switch (c) {
     case 'u': o.uncached = 1; break;
     case 'n':
       o.reads = strtol(optarg, &end, 10);
       if (*end || o.reads < 1)
-        usage();
+        usage(2);
       break;
     case 'q':
       o.depth = (int)strtol(optarg, &end, 10);
       if (*end || o.depth < 1 || o.depth > MAX_DEPTH)
-        usage();
+        usage(2);
       break;
     case 'f': o.path = optarg; break;
-    default: usage();
+    default: usage(2);
     }
   }
   if (optind != argc)
-    usage();
+    usage(2);
   if (o.reads < o.depth)
     o.reads = o.depth;
   static char defpath[4096];

@@ -63,11 +63,13 @@ FILES_READS=${FILES_READS:-200000}
 note() { echo "bench: $*" >&2; }
 die() { note "$*"; exit 1; }
 
+usage="usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|io|pages|echo|echo-uring]"
 what=${1:-all}
 case $what in
   all | switch | spawn | tasks | timers | future | chan | executor | files | \
     io | pages | echo | echo-uring) ;;
-  *) die "usage: $0 [switch|spawn|tasks|timers|future|chan|executor|files|io|pages|echo|echo-uring]" ;;
+  -h | --help) echo "$usage"; exit 0 ;;
+  *) die "$usage" ;;
 esac
 mkdir -p "$BUILD" || die "cannot make the build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
