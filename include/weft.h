@@ -1049,10 +1049,10 @@ int weft_getaddrinfo(const char *node, const char *service,
  * aligned, as for pread: the pool's own buffer is.) open adds O_CLOEXEC.
  * Each returns what the POSIX call returns (an fd, a count, 0) or a
  * negative errno; -ECANCELED, -ETIMEDOUT, -EINVAL outside a task or with
- * an offset < 0, -ESPIPE for a pipe or socket (as pread), -ENOMEM,
- * -EAGAIN (no worker thread could be started). A cancelled open closes
- * the fd it got; a
- * cancelled close still closes. The calls of a cancelled read or write
+ * an offset < 0, -ESPIPE for a read or write on a pipe or socket (as
+ * pread; fsync there gives fsync's own -EINVAL), -ENOMEM, -EAGAIN (no
+ * worker thread could be started). A cancelled open closes the fd it got;
+ * a cancelled close still closes. The calls of a cancelled read or write
  * still run on the pool: weft_file_close of an fd with such calls in flight
  * returns at once (0, or -ECANCELED for a cancelled task) and closes the fd
  * when the last of them has ended, so

@@ -1793,6 +1793,7 @@ static void *stale_main(void *arg) {
   char buf[16];
   CHECK_EQ(weft_read(p[0], buf, sizeof buf), 3);
   CHECK_EQ(weft_file_read(p[0], buf, 3, 0), -ESPIPE);
+  CHECK_EQ(weft_file_fsync(p[1]), -EINVAL); /* fsync(2)'s answer (weft.h) */
   int num = p[0];
   CHECK_EQ(close(p[0]), 0); /* behind weft's back */
   int fd = weft_file_open(path, O_RDWR, 0);
