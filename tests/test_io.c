@@ -612,8 +612,12 @@ static void *aside_main(void *arg) {
   CHECK_EQ(send(sv[1], "cd", 2, 0), 2);
   CHECK_EQ(send(sv[1], "Z", 1, MSG_OOB), 1);
   CHECK_EQ(send(sv[1], "ef", 2, 0), 2);
+  /* It has come; unless a multishot recv has read past it already, which
+   * drops it (where the kernel runs the request at once: under Valgrind). */
   struct pollfd p = {.fd = sv[0], .events = POLLPRI};
-  CHECK_EQ(poll(&p, 1, 5000), 1); /* it has come */
+  int urgent = poll(&p, 1, pbuf ? 100 : 5000);
+  if (!pbuf)
+    CHECK_EQ(urgent, 1);
   rc = weft_recv(sv[0], b, sizeof b, MSG_OOB);
   if (pbuf && rc == -ENOTSUP) {
     printf("MSG_OOB with multishot recv armed: -ENOTSUP\n");
