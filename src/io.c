@@ -437,6 +437,11 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
  * its peer keeps up). */
 static __attribute__((noinline)) int budget_spent(weft_loop *loop, int fd) {
   loop->io_budget = WEFT__IO_BUDGET;
+  /* An fd not seen before gets its entry now, so that a weft_close during
+   * the yield moves its generation on (a bad one fails after: the call's
+   * own answer). */
+  int rc;
+  (void)weft__fd_entry(loop, fd, &rc);
   uint32_t gen = fd_gen(loop, fd);
   (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
   if (fd_gen(loop, fd) != gen) /* closed meanwhile: the call had begun */
@@ -447,8 +452,9 @@ static __attribute__((noinline)) int budget_spent(weft_loop *loop, int fd) {
 /* A call whose answer is not about the fd's queue of bytes (none asked
  * for, urgent data, the error queue): tried whatever the hint says, it
  * waits only after its own EAGAIN, and leaves the hint alone. */
-static inline int is_aside(const weft__op *op) {
-  return op->len == 0 || (op->flags & (MSG_OOB | MSG_ERRQUEUE));
+static inline int is_aside(const weft__op *op, int kind) {
+  return (op->len == 0 && kind != OP_ACCEPT) || /* accept has no length */
+         (op->flags & (MSG_OOB | MSG_ERRQUEUE));
 }
 
 static __attribute__((noinline, cold)) ssize_t
@@ -482,7 +488,7 @@ static inline __attribute__((always_inline)) ssize_t
 readiness(weft_loop *loop, weft__op *op, const int kind) {
   /* Read before any call, while the compiler still knows them (the
    * public calls' constant flags, above all). */
-  const int aside_call = is_aside(op);
+  const int aside_call = is_aside(op, kind);
   int rc;
   if (__builtin_expect(--loop->io_budget == 0, 0) &&
       (rc = budget_spent(loop, op->fd)) < 0)
@@ -579,8 +585,12 @@ static __attribute__((noinline)) ssize_t recv_all(weft__op *op) {
 
 /* MSG_WAITALL with MSG_PEEK: what is there, on every backend (io_uring's
  * kernel retries a short peek into the rest of the buffer, which peeks the
- * same bytes again). */
-static inline int peek_flags(int flags) {
+ * same bytes again). MSG_ERRQUEUE never waits in the kernel (an empty
+ * queue is EAGAIN, blocking socket or not): nor in weft, on any backend
+ * (a wait for readable would come back at once while data is queued). */
+static inline int input_flags(int flags) {
+  if (__builtin_expect(flags & MSG_ERRQUEUE, 0))
+    flags |= MSG_DONTWAIT;
   return flags & MSG_PEEK ? flags & ~MSG_WAITALL : flags;
 }
 
@@ -589,7 +599,7 @@ WEFT__HOT ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
                  .fd = fd,
                  .buf = buf,
                  .len = len,
-                 .flags = peek_flags(flags)};
+                 .flags = input_flags(flags)};
   if (__builtin_expect(op.flags & MSG_WAITALL, 0))
     return recv_all(&op);
   return run_op(&op, OP_RECV);
@@ -614,7 +624,7 @@ ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
                  .fd = fd,
                  .buf = buf,
                  .len = len,
-                 .flags = peek_flags(flags),
+                 .flags = input_flags(flags),
                  .addr = addr,
                  .addrlen = addrlen};
   return run_op(&op, OP_RECVFROM);
