@@ -349,6 +349,21 @@ static uint32_t fd_gen(const weft_loop *loop, int fd) {
   return (size_t)fd < loop->nfds ? loop->fds[fd].gen : 0;
 }
 
+/* Sleeps *backoff for a call on fd that must try again later, and doubles
+ * it up to max: 0, the sleep's error (cancelled, past a deadline), or
+ * -EBADF if fd was closed meanwhile. */
+static int back_off(weft_loop *loop, int fd, int64_t *backoff, int64_t max) {
+  uint32_t gen = fd_gen(loop, fd);
+  int rc = weft_sleep(*backoff);
+  if (rc < 0)
+    return rc;
+  if (fd_gen(loop, fd) != gen) /* closed while it slept */
+    return -EBADF;
+  if (*backoff < max)
+    *backoff *= 2;
+  return 0;
+}
+
 /* One connect(), unless the fault hook fails it. */
 static int try_connect(const weft__op *op) {
   if (__builtin_expect(weft__fault_hook != NULL, 0)) {
@@ -398,14 +413,9 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
   int started = start_connect(op);
   int64_t backoff = CONNECT_BACKOFF_MIN;
   while (started == -EAGAIN && op->addr && op->addr->sa_family == AF_UNIX) {
-    uint32_t gen = fd_gen(loop, op->fd);
-    int rc = weft_sleep(backoff);
+    int rc = back_off(loop, op->fd, &backoff, CONNECT_BACKOFF_MAX);
     if (rc < 0)
       return rc;
-    if (fd_gen(loop, op->fd) != gen) /* closed while it slept */
-      return -EBADF;
-    if (backoff < CONNECT_BACKOFF_MAX)
-      backoff *= 2;
     started = start_connect(op);
   }
   if (started != -EINPROGRESS)
@@ -726,14 +736,9 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
       return (int)c;
     if (c == -EMFILE || c == -ENFILE)
       drop_one(loop, fd);
-    uint32_t gen = fd_gen(loop, fd);
-    int rc = weft_sleep(backoff);
+    int rc = back_off(loop, fd, &backoff, ACCEPT_BACKOFF_MAX);
     if (rc < 0)
       return rc;
-    if (fd_gen(loop, fd) != gen) /* closed while it slept */
-      return -EBADF;
-    if (backoff < ACCEPT_BACKOFF_MAX)
-      backoff *= 2;
   }
 }
 
