@@ -1143,7 +1143,9 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
       r->err = 0;
       return 1;
     }
-    if (r->eof || !op->len)
+    /* read(2) of 0 bytes returns at once; recv(2) of 0 bytes waits for
+     * data (or the end, or an error), as it would for 1. */
+    if (r->eof || (!op->len && op->kind == OP_READ))
       break;
     if ((r->plain || st->rx_on < 0) && !r->ms.armed) {
       if (got && (!all || peek))

@@ -607,7 +607,17 @@ static void *aside_main(void *arg) {
   else
     CHECK_EQ(rc, -EINVAL); /* no urgent data */
   CHECK_EQ(weft_recv(sv[0], b, sizeof b, MSG_DONTWAIT), -EAGAIN);
-  CHECK_EQ(weft_read(sv[0], b, 0), 0);
+  CHECK_EQ(weft_read(sv[0], b, 0), 0); /* read(2) of 0 bytes: at once */
+  /* recv(2) of 0 bytes waits for data, as for 1, and takes none of it. */
+  CHECK_EQ(weft_recv(sv[0], b, 0, MSG_DONTWAIT), -EAGAIN);
+  weft_scope inner;
+  weft_scope_enter(&inner, weft_now() + WEFT_MS(30));
+  CHECK_EQ(weft_recv(sv[0], b, 0, 0), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&inner), -ETIMEDOUT);
+  CHECK_EQ(send(sv[1], "k", 1, 0), 1);
+  CHECK_EQ(weft_recv(sv[0], b, 0, 0), 0);
+  CHECK_EQ(weft_recv(sv[0], b, sizeof b, 0), 1);
+  CHECK_EQ(b[0], 'k');
 
   /* "cd", an urgent "Z", "ef"; then the urgent byte, then the rest. */
   CHECK_EQ(send(sv[1], "cd", 2, 0), 2);
