@@ -229,8 +229,8 @@ int weft_go(void *(*fn)(void *), void *arg);
 int weft_join(weft_task *t, void **result);
 
 /* Gives up the handle: the task's record is recycled when it finishes.
- * Returns 0, or -EINVAL if t is NULL, already joined or detached, or the
- * caller is on another thread. */
+ * Returns 0, or -EINVAL if t is NULL, already joined or detached, being
+ * joined by another task now, or the caller is on another thread. */
 int weft_detach(weft_task *t);
 
 /* The running task, or NULL outside any task. */

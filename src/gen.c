@@ -76,6 +76,13 @@ static void release_dead(void) {
   }
 }
 
+void weft__left_in_scope(const char *what, uint64_t id) {
+  fprintf(stderr,
+          "weft: %s %llu returned inside a scope (weft_scope_exit missing)\n",
+          what, (unsigned long long)id);
+  abort();
+}
+
 static void gen_entry(void *unused) {
   weft_gen *g = weft__gen_running;
   weft__ctx_started(&g->ctx);
@@ -83,13 +90,8 @@ static void gen_entry(void *unused) {
   void *r = g->fn(g, g->arg);
   /* A scope still entered lives in a frame that is gone, and the task
    * would go on inside it: a bug in the program, caught here. */
-  if (g->scopes) {
-    fprintf(stderr,
-            "weft: generator %llu returned inside a scope (weft_scope_exit "
-            "missing)\n",
-            (unsigned long long)g->id);
-    abort();
-  }
+  if (g->scopes)
+    weft__left_in_scope("generator", g->id);
   if (g->out)
     *g->out = r;
   g->state = GEN_DONE;

@@ -271,6 +271,12 @@ void weft__gen_abandon(weft_gen *g);
  * it): g may not yield or return inside one. gen.c. */
 uint32_t *weft__gen_scopes(weft_gen *g);
 
+/* A task's or a generator's body returned with a scope still entered: the
+ * scope lives in a frame that is gone. Says so on stderr ("task" or
+ * "generator", and its id) and aborts. gen.c. */
+__attribute__((noreturn, cold)) void weft__left_in_scope(const char *what,
+                                                         uint64_t id);
+
 /* The loop running on this thread, or NULL outside weft_loop_run. */
 extern WEFT__TLS weft_loop *weft__loop_running;
 

@@ -229,13 +229,8 @@ static void task_entry(void *p) {
   t->result = t->fn(t->arg);
   /* A scope still entered lives in a frame that is gone, and its timer
    * would fire into it: a bug in the program, caught here. */
-  if (t->scope) {
-    fprintf(stderr,
-            "weft: task %llu returned inside a scope (weft_scope_exit "
-            "missing)\n",
-            (unsigned long long)t->id);
-    abort();
-  }
+  if (t->scope)
+    weft__left_in_scope("task", t->id);
   if (t->on_exit)
     t->on_exit(t, t->on_exit_arg);
   /* The end: everything but the stack is settled here, so a joiner is

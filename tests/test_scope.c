@@ -688,12 +688,27 @@ static void *leaky_task(void *arg) {
 
 static void leaky_child(void *arg) { run(leaky_task, arg); }
 
+static void *leaky_plain(void *arg) {
+  (void)arg;
+  static weft_scope s;
+  weft_scope_enter(&s, WEFT_NEVER);
+  return NULL; /* no weft_scope_exit */
+}
+
+static void leaky_plain_child(void *arg) { run(leaky_plain, arg); }
+
 static void test_gen_scopes(void) {
   run(gen_scopes, NULL);
   check_child res;
   check_child_run(leaky_child, NULL, &res, 60);
   CHECK(WIFSIGNALED(res.status) && WTERMSIG(res.status) == SIGABRT);
-  CHECK(strstr(res.err, "returned inside a scope (weft_scope_exit missing)"));
+  CHECK(strstr(res.err, "weft: generator ") &&
+        strstr(res.err, " returned inside a scope (weft_scope_exit missing)"));
+  /* A task's body, the same. */
+  check_child_run(leaky_plain_child, NULL, &res, 60);
+  CHECK(WIFSIGNALED(res.status) && WTERMSIG(res.status) == SIGABRT);
+  CHECK(strstr(res.err, "weft: task ") &&
+        strstr(res.err, " returned inside a scope (weft_scope_exit missing)"));
 }
 
 /* ---- timers --------------------------------------------------------------- */
