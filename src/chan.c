@@ -315,15 +315,21 @@ size_t weft_chan_len(const weft_chan *c) { return c ? c->len : 0; }
 size_t weft_chan_cap(const weft_chan *c) { return c ? c->cap : 0; }
 
 /* ---- select ----------------------------------------------------------- */
-/* xorshift64*: the loop's generator for select's random choice. */
+/* The generator's state when the thread has no loop (a select on
+ * channels whose loop was freed). */
+static WEFT__TLS uint64_t loopless_rng;
+
+/* xorshift64*: the loop's generator for select's random choice (the
+ * thread's, with no loop). */
 static uint64_t next_random(weft_loop *loop) {
-  uint64_t x = loop->rng;
+  uint64_t *state = loop ? &loop->rng : &loopless_rng;
+  uint64_t x = *state;
   if (!x)
-    x = (uint64_t)weft_now() ^ (uint64_t)(uintptr_t)loop ^ 0x9e3779b97f4a7c15u;
+    x = (uint64_t)weft_now() ^ (uint64_t)(uintptr_t)state ^ 0x9e3779b97f4a7c15u;
   x ^= x >> 12;
   x ^= x << 25;
   x ^= x >> 27;
-  loop->rng = x;
+  *state = x;
   return x * 0x2545f4914f6cdd1dull;
 }
 
@@ -360,11 +366,15 @@ static void undo_select(weft_task *t, void *arg) {
 
 int weft_select(weft_select_case *cases, size_t n, int flags) {
   weft_task *t = weft__running_task();
+  /* Only a task waits, on its loop's channels; what is done at once may
+   * use any channel the thread's code may use (as weft_chan_try_send: a
+   * live loop's outside any run, one whose loop was freed), even with no
+   * loop left on the thread. */
   weft_loop *loop = t ? t->loop : weft_loop_current();
-  if ((n && !cases) || n > INT_MAX || (flags & ~WEFT_NOWAIT) || !loop)
+  if ((n && !cases) || n > INT_MAX || (flags & ~WEFT_NOWAIT))
     return -EINVAL;
   size_t nwait = 0; /* the cases with a channel: a waiter each */
-  int orphans = 0;  /* channels whose loop is gone: nothing waits on them */
+  int orphans = 0;  /* channels it cannot wait on (no task, loop gone) */
   for (size_t i = 0; i < n; i++) {
     weft_select_case *k = &cases[i];
     if (!k->chan)
@@ -372,11 +382,10 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
     nwait++;
     if ((k->op != WEFT_SEND && k->op != WEFT_RECV) || !k->elem)
       return -EINVAL;
-    if (k->chan->loop_id != loop->id) {
-      if (!orphaned(k->chan))
-        return -EINVAL; /* another loop's */
-      orphans = 1;
-    }
+    if (foreign(k->chan))
+      return -EINVAL; /* another loop's, or another thread's */
+    if (!t || k->chan->loop_id != t->loop->id)
+      orphans = 1; /* cannot be waited on */
   }
   if (t) {
     int rc = weft__checkpoint();

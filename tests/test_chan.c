@@ -1628,6 +1628,20 @@ static void test_outside_task(void) {
   weft_chan_close(u);
   TRY_SEND(u, 4, -EPIPE);
   weft_chan_free(u);
+  /* A select that need not wait works too, even on a channel of a loop
+   * that is not the current one (as try_send does, outside any run). */
+  weft_loop *newer = weft_loop_new(NULL);
+  CHECK(newer);
+  TRY_SEND(c, 5, 0);
+  v = SENTINEL;
+  weft_select_case k[1] = {sel_case(c, WEFT_RECV, &v)};
+  k[0].result = 1;
+  CHECK_EQ(weft_select(k, 1, WEFT_NOWAIT), 0);
+  CHECK_EQ(k[0].result, 0);
+  CHECK_EQ(v, 5);
+  CHECK_EQ(weft_select(k, 1, WEFT_NOWAIT), -EAGAIN);
+  CHECK_EQ(weft_select(k, 1, 0), -EINVAL); /* it would wait */
+  weft_loop_free(newer);
   weft_chan_free(c);
   CHECK_EQ(weft_loop_run(loop), 0);
   CHECK_EQ(loop->nlive, 0);
@@ -1765,6 +1779,24 @@ static void test_loop_freed(void) {
   weft_loop_free(loop);
   TRY_SEND(dropped_a, 1, -EAGAIN);    /* no receiver left behind */
   TRY_RECV_FAILS(dropped_b, -EAGAIN); /* no sender either */
+  {
+    /* With no loop left on the thread, a select that need not wait is
+     * done as the try calls are (it used to be -EINVAL). */
+    weft_loop *gone = weft_loop_new(NULL);
+    CHECK(gone);
+    weft_chan *own = chan(8, 1);
+    TRY_SEND(own, 9, 0);
+    weft_loop_free(gone);
+    int64_t v = SENTINEL;
+    weft_select_case k[2] = {sel_case(dropped_a, WEFT_RECV, &v),
+                             sel_case(own, WEFT_RECV, &v)};
+    CHECK_EQ(weft_select(k, 2, WEFT_NOWAIT), 1);
+    CHECK_EQ(k[1].result, 0);
+    CHECK_EQ(v, 9);
+    CHECK_EQ(weft_select(k, 2, WEFT_NOWAIT), -EAGAIN);
+    CHECK_EQ(weft_select(k, 2, 0), -EINVAL); /* it would wait */
+    weft_chan_free(own);
+  }
   /* A later loop's code may use them and free them: their loop is gone,
    * nothing can race (it was refused, with a line on stderr, and they
    * leaked). Nothing waits on them though. */
