@@ -495,7 +495,9 @@ int weft_sock_port(int fd);
 
 /* Writes "('127.0.0.1', 51234)" for an IPv4 address, "('::1', 51234, 0, 0)"
  * for IPv6 (Python's repr of a socket address), or the path of a Unix socket,
- * into buf (NUL-terminated, truncated to len). Returns buf. */
+ * into buf (NUL-terminated, truncated to len). Returns buf. An unnamed Unix
+ * socket, and one in the abstract namespace (sun_path[0] == 0: without the
+ * address's length, where its name ends is not known), give "". */
 char *weft_addr_str(const struct sockaddr *addr, char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
@@ -792,9 +794,11 @@ typedef struct weft_select_case {
  * cases with a channel must wait and their records cannot be allocated
  * (nothing performed; up to 8 need no allocation, NULL ones none); -EINVAL for
  * a bad case (an unknown op, a NULL elem, a channel of another loop) or cases
- * NULL with n > 0, and when it would wait on a channel whose loop was
- * freed. With no case that can ever be ready (n == 0, or every chan
- * NULL) it waits until cancelled, as Go's empty select does for ever. */
+ * NULL with n > 0, and when it would wait outside a task or on a channel
+ * whose loop was freed (what is done at once works there, as the try calls
+ * do, even with no loop left on the thread). With no case that can ever be
+ * ready (n == 0, or every chan NULL) it waits until cancelled, as Go's empty
+ * select does for ever. */
 int weft_select(weft_select_case *cases, size_t n, int flags);
 
 /* ------------------------------------------------------------------------ */

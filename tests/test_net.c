@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,21 @@ static void *unix_main(void *arg) {
   CHECK_EQ(getsockname(lfd, (struct sockaddr *)&self, &len), 0);
   CHECK_STR_EQ(weft_addr_str((struct sockaddr *)&self, name, sizeof name),
                upath);
+  /* An abstract name (a NUL first): no length says where it ends, "". */
+  int ab = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(ab, 0);
+  struct sockaddr_un abs = {.sun_family = AF_UNIX};
+  int an = snprintf(abs.sun_path + 1, sizeof abs.sun_path - 1, "weft-%d",
+                    (int)getpid());
+  CHECK_EQ(bind(ab, (struct sockaddr *)&abs,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + an)),
+           0);
+  memset(&self, 'B', sizeof self);
+  len = sizeof self;
+  CHECK_EQ(getsockname(ab, (struct sockaddr *)&self, &len), 0);
+  CHECK_EQ(self.sun_path[0], '\0');
+  CHECK_STR_EQ(weft_addr_str((struct sockaddr *)&self, name, sizeof name), "");
+  close(ab);
   CHECK(weft_spawn(echo_conn, P(s)));
   exchange(c, "over a unix socket");
   CHECK_EQ(weft_close(c), 0);
