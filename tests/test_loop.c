@@ -6,7 +6,9 @@
  *  - timers fire in (deadline, order set) order: equal deadlines in the
  *    order they were set, 100,000 random ones sorted, half of them
  *    cancelled; cancel returns 0, then -ENOENT, also after firing and from
- *    a callback of the same turn;
+ *    a callback of the same turn, and from a handle whose record's
+ *    generation wrapped; a deadline already past fires in the next turn,
+ *    in the order set with the delays <= 0;
  *  - a timer re-armed with delay 0 from its own callback lets tasks run;
  *  - the 32-bit sequence numbers are renumbered before they wrap, and
  *    equal deadlines keep their order across it;
@@ -271,6 +273,48 @@ static void test_cancel(void) {
 }
 
 /* A timer that re-arms itself with delay 0 fires once per turn. */
+/* A deadline already past is the next turn's, as a delay <= 0 is: it fires
+ * after the timers set before it for the next turn, in the order set. */
+static void *past_task(void *arg) {
+  (void)arg;
+  CHECK(weft_call_later(0, note_cb, "a"));
+  CHECK(weft_call_at(weft_loop_now() - WEFT_SEC(1), note_cb, "b"));
+  CHECK(weft_call_later(-5, note_cb, "c"));
+  CHECK(weft_call_at(0, note_cb, "d"));
+  return NULL;
+}
+
+static void test_call_at_past(void) {
+  trace_reset();
+  CHECK_EQ(run_task(past_task, NULL), 0);
+  CHECK_STR_EQ(trace, "abcd");
+}
+
+/* A record recycled 65,536 times wraps its generation back to that of the
+ * first handle; it is retired then, and that old handle still says
+ * -ENOENT (not: cancel or move a timer that is not armed). */
+static void *gen_wrap_task(void *arg) {
+  (void)arg;
+  weft_timer *old = weft_call_later(WEFT_SEC(100), note_cb, "never");
+  CHECK(old);
+  CHECK_EQ(weft_timer_cancel(old), 0);
+  for (int i = 0; i < 65535; i++) {
+    weft_timer *h = weft_call_later(WEFT_SEC(100), note_cb, "never");
+    CHECK(h);
+    CHECK_EQ(weft_timer_cancel(h), 0);
+  }
+  CHECK_EQ(weft_timer_cancel(old), -ENOENT);
+  CHECK_EQ(weft_timer_rearm(old, 0), -ENOENT);
+  CHECK(weft_call_later(WEFT_MS(1), note_cb, "x"));
+  return NULL;
+}
+
+static void test_cancel_gen_wrap(void) {
+  trace_reset();
+  CHECK_EQ(run_task(gen_wrap_task, NULL), 0);
+  CHECK_STR_EQ(trace, "x");
+}
+
 static int rearms;
 static void rearm_cb(void *arg) {
   (void)arg;
@@ -646,6 +690,8 @@ int main(void) {
   test_equal_deadlines();
   test_random_order();
   test_cancel();
+  test_call_at_past();
+  test_cancel_gen_wrap();
   test_rearm_zero();
   test_rearm_api();
   test_rearm_lazy();
