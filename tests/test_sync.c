@@ -14,7 +14,8 @@
  *    signal with no waiter is lost (as pthread's); wait returns with the
  *    mutex held, and one cut short by a cancellation or a deadline returns
  *    -ECANCELED / -ETIMEDOUT with the mutex held too (taken back only once
- *    its holder lets go); -EPERM when waiting without holding the mutex;
+ *    its holder lets go); one cancelled before it waits never lets the
+ *    mutex go (a task queued on it does not get it in between); -EPERM when waiting without holding the mutex;
  *    a cancelled waiter leaves the queue, a later signal goes to the next;
  *  - sem: counting, trywait -EAGAIN, FIFO hand-off on post (a trywait right
  *    after the post finds nothing: the unit went to the waiter), value,
@@ -536,6 +537,24 @@ static void *cond_cancel_main(void *arg) {
   CHECK_EQ(w1.scope_rc, -ETIMEDOUT);
   CHECK_EQ(w1.unlock_rc, 0);
   CHECK_EQ(w1.next_rc, 0);
+
+  /* Cancelled before it waits: -ECANCELED at once, and m was never let
+   * go: a task queued on m does not get it in between. */
+  CHECK_EQ(weft_mutex_lock(&m), 0);
+  waiter w3 = {.m = &m};
+  weft_task *t3 = start(&w3, W_LOCK, NULL);
+  settle();
+  CHECK_EQ(w3.rc, PENDING);
+  weft_scope cs;
+  weft_scope_enter(&cs, WEFT_NEVER);
+  weft_scope_cancel(&cs);
+  CHECK_EQ(weft_cond_wait(&c, &m), -ECANCELED);
+  CHECK_EQ(w3.rc, PENDING);
+  CHECK_EQ(weft_scope_exit(&cs), -ECANCELED);
+  CHECK_EQ(weft_mutex_unlock(&m), 0);
+  JOIN(t3);
+  CHECK_EQ(w3.rc, 0);
+  CHECK_EQ(w3.unlock_rc, 0);
 
   /* A deadline already past: -ETIMEDOUT, with m still held. */
   CHECK_EQ(weft_mutex_lock(&m), 0);
