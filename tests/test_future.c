@@ -10,8 +10,8 @@
  *    callback added from a callback waits for the next turn; a released
  *    pending future's callbacks never run;
  *  - a hundred tasks awaiting one future each get its outcome (a value, an
- *    error, a cancellation); a done future returns at once but is still a
- *    cancellation point; a cancelled awaiter leaves the future pending;
+ *    error, a cancellation), woken in the order they came; a done future
+ *    returns at once but is still a cancellation point; a cancelled awaiter leaves the future pending;
  *  - references: a future whose other holders let go while a task awaits
  *    it stays valid for the waiter; a callback may drop the last reference;
  *  - weft_async: the tornado shape (await the future of a routine), chains
@@ -449,12 +449,14 @@ static void test_callbacks(void) {
 static weft_future *shared;
 static int waiting, woken;
 
+static int wake_order[NWAITERS]; /* the arrival number of each woken */
+
 static void *waiter(void *arg) {
   (void)arg;
   void *v = P(-1);
-  waiting++;
+  int me = waiting++;
   int rc = weft_await(shared, &v);
-  woken++;
+  wake_order[woken++] = me;
   return P(rc == 0 ? I(v) : rc);
 }
 
@@ -480,6 +482,10 @@ static void many_waiters(int how, intptr_t want) {
     CHECK_EQ(I(r), want);
   }
   CHECK_EQ(woken, NWAITERS);
+  /* Woken in the order they came (WEFT_SEED shuffles the order they run). */
+  if (!check_seeded())
+    for (int i = 0; i < NWAITERS; i++)
+      CHECK_EQ(wake_order[i], i);
   weft_future_release(shared);
 }
 
