@@ -19,7 +19,8 @@
  *    cancellation do not reach a shielded scope (its sleep completes), and
  *    reach the code after it; its own deadline and its own cancellation
  *    still apply; a cancelled task's cleanup in a shielded scope completes;
- *    turning the shield off lets the cancellation in;
+ *    turning the shield off lets the cancellation in, also into a sleep
+ *    in progress when another task turns it off;
  *  - misuse: exit out of order (-EINVAL, nothing changes), twice, from
  *    another task, of a scope entered outside a task;
  *  - a generator's body: its scopes are its own (no yield inside one, no
@@ -544,12 +545,52 @@ static void *cleanup_in_shield(void *arg) {
   return NULL;
 }
 
+/* The shield turned off by another task while the shielded one sleeps,
+ * cancelled: the cancellation it held back reaches the sleep at once. */
+static weft_scope *off_scope;
+
+static void *shield_off_victim(void *arg) {
+  (void)arg;
+  weft_scope s;
+  weft_scope_enter(&s, WEFT_NEVER);
+  weft_scope_shield(&s, true);
+  off_scope = &s;
+  parked = 1;
+  int rc = weft_sleep(WEFT_SEC(10));
+  parked = 2;
+  CHECK_EQ(rc, -ECANCELED);
+  CHECK_EQ(weft_scope_exit(&s), 0); /* the task's, not the scope's */
+  return P(6);
+}
+
+static void *shield_off_main(void *arg) {
+  (void)arg;
+  parked = 0;
+  weft_task *t = weft_spawn(shield_off_victim, NULL);
+  CHECK(t);
+  while (!parked)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_cancel(t), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(parked, 1); /* shielded: still asleep */
+  weft_scope_shield(off_scope, false);
+  for (int i = 0; i < 3 && parked != 2; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(parked, 2);
+  void *r;
+  CHECK_EQ(weft_join(t, &r), 0);
+  CHECK_EQ(I(r), 6);
+  return NULL;
+}
+
 static void test_shield(void) {
   run(shield_task_cancel_main, NULL);
   run(shield_own_deadline, NULL);
   run(shield_outer_deadline, NULL);
   run(shield_outer_cancel_main, NULL);
   run(cleanup_in_shield, NULL);
+  run(shield_off_main, NULL);
 }
 
 /* ---- misuse ---------------------------------------------------------------- */
