@@ -283,6 +283,14 @@ static void *join_self(void *arg) {
   return P(weft_join(weft_self(), NULL));
 }
 
+/* Joins itself before anyone joins it (no TASK_JOINING from a joiner). */
+static int self_join_rc = 1;
+static void *join_self_first(void *arg) {
+  (void)arg;
+  self_join_rc = weft_join(weft_self(), NULL);
+  return P(7);
+}
+
 static int join_main(void *arg) {
   (void)arg;
   /* The result. */
@@ -340,6 +348,13 @@ static int join_main(void *arg) {
   CHECK_EQ(weft_join(t, &r), 0);
   CHECK_EQ(I(r), -EINVAL);
   CHECK_EQ(weft_join(NULL, &r), -EINVAL);
+  t = weft_spawn(join_self_first, NULL);
+  CHECK(t != NULL);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(self_join_rc, -EINVAL); /* at once: it did not wait for itself */
+  CHECK_EQ(weft_join(t, &r), 0);
+  CHECK_EQ(I(r), 7);
   stop_flag = 0;
   t = weft_spawn(spin_until_stop, NULL);
   CHECK_EQ(weft_detach(t), 0);
