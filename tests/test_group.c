@@ -16,6 +16,8 @@
  *  - weft_group_free with children running, or not yet started: they are
  *    cancelled, and the group's memory goes once they end (ASan/valgrind
  *    see a leak or a use after free);
+ *  - a wait whose deadline's timer cannot be made: -ENOMEM, and the
+ *    children are not cancelled (a later wait waits for them);
  *  - a thousand children;
  *  - misuse: NULL, no loop, outside a task, another loop's group.
  */
@@ -751,6 +753,71 @@ static void test_misuse(void) {
   run(misuse_main, NULL);
 }
 
+/* ---- -ENOMEM from a deadline's timer ------------------------------------
+ * The wait's deadline timer cannot be made: -ENOMEM, and nothing is
+ * cancelled: the children run on, and a later wait waits for them. */
+static int nomem_next; /* the next allocation fails */
+
+static void *nomem_malloc(size_t n) {
+  if (nomem_next) {
+    nomem_next = 0;
+    return NULL;
+  }
+  return malloc(n);
+}
+
+static void *nomem_realloc(void *p, size_t n) {
+  if (nomem_next) {
+    nomem_next = 0;
+    return NULL;
+  }
+  return realloc(p, n);
+}
+
+static weft_event nomem_go = WEFT_EVENT_INIT;
+static int nomem_rcs[2];
+
+static void *nomem_child(void *arg) {
+  nomem_rcs[I(arg)] = weft_event_wait(&nomem_go);
+  return NULL;
+}
+
+static void *nomem_main(void *arg) {
+  (void)arg;
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  for (int i = 0; i < 2; i++) {
+    nomem_rcs[i] = 1;
+    CHECK(weft_group_spawn(g, nomem_child, P(i)));
+  }
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + FOREVER);
+  nomem_next = 1;
+  CHECK_EQ(weft_group_wait(g), -ENOMEM);
+  CHECK_EQ(nomem_next, 0); /* the failure was the timer's */
+  CHECK_EQ(weft_scope_exit(&s), 0);
+  CHECK_EQ(nomem_rcs[0], 1);
+  CHECK_EQ(nomem_rcs[1], 1);
+  weft_event_set(&nomem_go);
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(nomem_rcs[0], 0); /* not cancelled */
+  CHECK_EQ(nomem_rcs[1], 0);
+  weft_group_free(g);
+  return NULL;
+}
+
+/* In a child process: the allocator is replaced with no weft object
+ * alive. */
+static void nomem_wait_case(void) {
+  CHECK_EQ(weft_replace_allocator(nomem_malloc, nomem_realloc, free), 0);
+  run(nomem_main, NULL);
+}
+
+static void test_nomem_wait(void) {
+  CHECK_SUBTEST(nomem_wait_case);
+  CHECK_EQ(check_subtest_failures, 0);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(RUNNING_ON_VALGRIND ? 110 : 60);
@@ -762,6 +829,7 @@ int main(void) {
   test_waiter_cancelled();
   test_free();
   test_window();
+  test_nomem_wait();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_group: ok\n");
   return 0;
