@@ -11,6 +11,8 @@
  *  - small writes are batched into one write(2) (counted in
  *    /proc/self/io), a large one goes straight out in order, a failed
  *    flush keeps what it could not write, close closes even then;
+ *  - end of file inside a line too long ends its skipping: on a file that
+ *    grows, the next line is read whole;
  *  - tasks sharing a stream: -EBUSY for a second reader or writer, a close
  *    under waiting calls (-EBADF for them, the stream freed after them);
  *    calls of tasks the loop dropped leave the stream usable (a dropped
@@ -611,6 +613,44 @@ static void test_skip_then_read(void) {
   printf("  read and read_exact after an early -EMSGSIZE: ok\n");
 }
 
+/* ---- a line after an end of file that ended a long line -----------------
+ * A file that grows: end of file in the middle of a line too long for the
+ * buffer ends the skipping of it, so the line written after is read whole
+ * (as `tail -f` would). */
+static int grow_fds[2]; /* the file, for reading and for appending */
+
+static void *grow_reader(void *arg) {
+  (void)arg;
+  weft_stream *s = weft_stream_new(grow_fds[0], 4);
+  CHECK(s);
+  char buf[16];
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), -EMSGSIZE);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 0); /* end of file */
+  CHECK_STR_EQ(buf, "");
+  CHECK_EQ(write(grow_fds[1], "xy\n", 3), 3);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 3);
+  CHECK_STR_EQ(buf, "xy\n");
+  CHECK_EQ(weft_stream_close(s), 0);
+  return NULL;
+}
+
+static void test_line_after_eof(void) {
+  char path[] = "/tmp/weft-test-stream-XXXXXX";
+  grow_fds[1] = mkstemp(path);
+  CHECK_GE(grow_fds[1], 0);
+  grow_fds[0] = open(path, O_RDONLY | O_CLOEXEC);
+  CHECK_GE(grow_fds[0], 0);
+  CHECK_EQ(unlink(path), 0);
+  CHECK_EQ(write(grow_fds[1], "AAAAAAAAAA", 10), 10);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(grow_reader, NULL));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+  CHECK_EQ(close(grow_fds[1]), 0);
+  printf("  a line after an end of file inside a long one: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -626,6 +666,7 @@ int main(void) {
   test_write();
   test_flush_error();
   test_skip_then_read();
+  test_line_after_eof();
   test_shared();
   test_dropped();
   if (check_fd_count() != fds)
