@@ -286,6 +286,16 @@ static void *short_exact_main(void *arg) {
   CHECK(memcmp(buf, "456789abcdefghijXYZ", 19) == 0);
   CHECK_EQ(weft_stream_read_exact(s, buf, 4), 0);
   CHECK_EQ(weft_stream_close(s), 0);
+  /* Within the buffer's size: end of file after 3 of 8, which it returns
+   * (nothing kept back for a later call). */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  s = weft_stream_new(sv[0], 16);
+  CHECK_EQ(weft_write_all(sv[1], "abc", 3), 3);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_stream_read_exact(s, buf, 8), 3);
+  CHECK(memcmp(buf, "abc", 3) == 0);
+  CHECK_EQ(weft_stream_read_exact(s, buf, 4), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
   return NULL;
 }
 
