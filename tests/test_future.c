@@ -11,7 +11,9 @@
  *    pending future's callbacks never run;
  *  - a hundred tasks awaiting one future each get its outcome (a value, an
  *    error, a cancellation), woken in the order they came; a done future
- *    returns at once but is still a cancellation point; a cancelled awaiter leaves the future pending;
+ *    returns at once but is still a cancellation point; a cancelled awaiter
+ *    leaves the future pending (the first of two too: completing the future
+ *    then wakes the second only);
  *  - references: a future whose other holders let go while a task awaits
  *    it stays valid for the waiter; a callback may drop the last reference;
  *  - weft_async: the tornado shape (await the future of a routine), chains
@@ -539,7 +541,69 @@ static void *waiters_main(void *arg) {
   return NULL;
 }
 
-static void test_waiters(void) { run(waiters_main, NULL); }
+/* The first of two awaiters leaves (its scope cancelled) and goes on to
+ * wait on something else: completing the future wakes the second only. */
+static weft_future *head_f;
+static weft_scope *head_scope;
+static weft_event head_e = WEFT_EVENT_INIT;
+static int head_state; /* 1: in await, 2: out of it, 3: past the event */
+
+static void *head_leaver(void *arg) {
+  (void)arg;
+  weft_scope s;
+  weft_scope_enter(&s, WEFT_NEVER);
+  head_scope = &s;
+  head_state = 1;
+  CHECK_EQ(weft_await(head_f, NULL), -ECANCELED);
+  CHECK_EQ(weft_scope_exit(&s), -ECANCELED);
+  head_state = 2;
+  CHECK_EQ(weft_event_wait(&head_e), 0);
+  head_state = 3;
+  return NULL;
+}
+
+static void *head_stayer(void *arg) {
+  (void)arg;
+  void *v = NULL;
+  CHECK_EQ(weft_await(head_f, &v), 0);
+  return v;
+}
+
+static void *head_leaves_main(void *arg) {
+  (void)arg;
+  head_f = weft_future_new();
+  CHECK(head_f);
+  head_state = 0;
+  weft_event_clear(&head_e);
+  weft_task *a = weft_spawn(head_leaver, NULL);
+  CHECK(a);
+  while (head_state != 1)
+    CHECK_EQ(weft_yield(), 0);
+  weft_task *b = weft_spawn(head_stayer, NULL);
+  CHECK(b);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_yield(), 0);
+  weft_scope_cancel(head_scope);
+  while (head_state != 2)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_future_set_result(head_f, P(9)), 0);
+  void *r;
+  CHECK_EQ(weft_join(b, &r), 0);
+  CHECK_EQ(I(r), 9);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(head_state, 2); /* still on the event */
+  weft_event_set(&head_e);
+  CHECK_EQ(weft_join(a, NULL), 0);
+  CHECK_EQ(head_state, 3);
+  weft_future_release(head_f);
+  return NULL;
+}
+
+static void test_waiters(void) {
+  run(waiters_main, NULL);
+  run(head_leaves_main, NULL);
+}
 
 /* ---- references --------------------------------------------------------------- */
 static void complete_and_release(void *arg) {
