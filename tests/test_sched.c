@@ -373,6 +373,7 @@ static int join_main(void *arg) {
   CHECK_EQ(weft_detach(t), 0);
   CHECK_EQ(weft_join(t, &r), -EINVAL);
   CHECK_EQ(weft_detach(t), -EINVAL);
+  CHECK_EQ(weft_task_id(t), 0); /* its record recycled, not kept */
   return 0;
 }
 
