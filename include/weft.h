@@ -766,7 +766,9 @@ void weft_chan_close(weft_chan *c);
 
 /* Closes c (waking its waiters with -EPIPE) and frees it. It may be called
  * after c's loop was freed. NULL is ignored, and so is a call from another
- * thread or another loop's code (with a line on stderr). */
+ * thread or another loop's code (with a line on stderr). Elements still
+ * buffered are dropped as bytes: if they own memory (a pointer sent by
+ * value), take them out with weft_chan_try_recv first. */
 void weft_chan_free(weft_chan *c);
 
 /* Elements buffered now, and the capacity. */
@@ -993,14 +995,15 @@ typedef struct weft_submit_opts {
  * (result may be NULL); -ECANCELED or -ETIMEDOUT at once when the task is
  * cancelled or its scope expires while it waits (fn still runs to the end;
  * its result goes to opts->release; arg must stay valid until then, so do
- * not point it into the caller's stack if the task may be cancelled). A
- * task cancelled before the call gets -ECANCELED and fn never runs; -EAGAIN if no worker thread could be started;
- * -ENOMEM; -EINVAL outside a task or fn NULL (after these three fn never
- * runs). A deadline that passes just as the call starts may give
- * -ETIMEDOUT with fn queued or not, so after -ECANCELED or -ETIMEDOUT the
- * caller cannot tell whether fn runs: if arg must be freed either way, use
- * weft_submit and weft_await, where the future exists exactly when fn was
- * queued. fn must not call weft functions other than
+ * not point it into the caller's stack if the task may be cancelled; and
+ * weft_loop_run does not return before fn has, cancelled or not). A task
+ * cancelled before the call gets -ECANCELED and fn never runs; -EAGAIN if
+ * no worker thread could be started; -ENOMEM; -EINVAL outside a task or fn
+ * NULL (after these three fn never runs). A deadline that passes just as the
+ * call starts may give -ETIMEDOUT with fn queued or not, so after -ECANCELED or
+ * -ETIMEDOUT the caller cannot tell whether fn runs: if arg must be freed
+ * either way, use weft_submit and weft_await, where the future exists exactly
+ * when fn was queued. fn must not call weft functions other than
  * weft_call_soon_threadsafe and weft_loop_ref/unref. */
 int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result);
 int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,

@@ -760,15 +760,24 @@ void weft_dump(FILE *out) {
     return;
   }
   fprintf(out, "weft: %zu task%s\n", loop->nlive, loop->nlive == 1 ? "" : "s");
-  fprintf(out, "%8s  %-8s %-24s %17s  %s\n", "id", "state", "waits on",
+  /* The "waits on" column as wide as its longest entry, so that the
+   * columns after it line up. */
+  char wait[96];
+  int width = (int)strlen("waits on");
+  for (const weft_task *t = loop->live; t; t = t->next_live) {
+    describe_wait(t, wait, sizeof wait);
+    if ((int)strlen(wait) > width)
+      width = (int)strlen(wait);
+  }
+  fprintf(out, "%8s  %-8s %-*s %17s  %s\n", "id", "state", width, "waits on",
           "stack used/size", "name");
   for (const weft_task *t = loop->live; t; t = t->next_live) {
-    char buf[32], wait[96];
+    char buf[32];
     snprintf(buf, sizeof buf, "%zu/%zu", stack_used(t),
              t->stack->region.nominal);
     describe_wait(t, wait, sizeof wait);
-    fprintf(out, "%8llu  %-8s %-24s %17s  %s%s\n", (unsigned long long)t->id,
-            state_name(t), wait, buf, t->name ? t->name : "-",
+    fprintf(out, "%8llu  %-8s %-*s %17s  %s%s\n", (unsigned long long)t->id,
+            state_name(t), width, wait, buf, t->name ? t->name : "-",
             (t->flags & TASK_CANCELLED) ? " (cancelled)" : "");
   }
 }

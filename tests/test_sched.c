@@ -27,6 +27,7 @@
 
 #include "check.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <limits.h>
@@ -875,7 +876,15 @@ static int dump_waits_main(void *arg) {
  * last turn's clock (it once said "timer in 1000.0 ms" 200 ms later). */
 static void *sleeps_a_second(void *arg) {
   (void)arg;
+  weft_scope s; /* a deadline makes what it waits on a long entry */
+  weft_scope_enter(&s, weft_now() + WEFT_SEC(2));
   weft_sleep(WEFT_SEC(1));
+  weft_scope_exit(&s);
+  return NULL;
+}
+static void *sleeps_for_ever(void *arg) {
+  (void)arg;
+  weft_sleep(WEFT_NEVER);
   return NULL;
 }
 static void *stops_it(void *arg) {
@@ -884,11 +893,33 @@ static void *stops_it(void *arg) {
   return NULL;
 }
 
+/* Every line's columns after "waits on" line up with the header's, however
+ * long what a task waits on: the stack figure ends where the header's
+ * "stack used/size" does, and two spaces follow. */
+static void check_dump_columns(const char *dump) {
+  const char *header = strstr(dump, "stack used/size");
+  CHECK(header != NULL);
+  const char *line_start = header;
+  while (line_start > dump && line_start[-1] != '\n')
+    line_start--;
+  size_t end = (size_t)(header - line_start) + strlen("stack used/size");
+  int lines = 0;
+  for (const char *l = strchr(header, '\n'); l && l[1]; l = strchr(l, '\n')) {
+    l++;
+    CHECK(strlen(l) > end + 2);
+    CHECK(isdigit((unsigned char)l[end - 1]));
+    CHECK(l[end] == ' ' && l[end + 1] == ' ' && l[end + 2] != ' ');
+    lines++;
+  }
+  CHECK_GE(lines, 2);
+}
+
 static void test_dump_between_runs(void) {
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
   weft_task *t = weft_spawn(sleeps_a_second, NULL);
-  CHECK(t && weft_spawn(stops_it, loop));
+  weft_task *f = weft_spawn(sleeps_for_ever, NULL);
+  CHECK(t && f && weft_spawn(stops_it, loop));
   CHECK_EQ(weft_loop_run(loop), 1);
   struct timespec ts = {0, 200 * 1000 * 1000};
   nanosleep(&ts, NULL);
@@ -902,10 +933,14 @@ static void test_dump_between_runs(void) {
   CHECK(at != NULL);
   double ms = atof(at + strlen("timer in "));
   CHECK(ms < 850.0 && ms > 0.0);
+  CHECK(strstr(buf, ", deadline in ") && strstr(buf, "sleep, forever"));
+  check_dump_columns(buf);
   free(buf);
   CHECK_EQ(weft_cancel(t), 0);
+  CHECK_EQ(weft_cancel(f), 0);
   CHECK_EQ(weft_loop_run(loop), 0);
   CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(weft_join(f, NULL), 0);
   weft_loop_free(loop);
 }
 
