@@ -54,6 +54,8 @@ void weft__free(void *p) {
     free_fn(p);
 }
 
+weft__free_fn weft__free_fn_now(void) { return free_fn; }
+
 char *weft__strdup(const char *s) {
   size_t n = strlen(s) + 1;
   char *d = weft__malloc(n);

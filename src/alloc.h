@@ -14,4 +14,12 @@ void *weft__realloc(void *p, size_t size);
 void weft__free(void *p);
 char *weft__strdup(const char *s);
 
+/* The free function in force now. What outlives every weft object (a
+ * thread's stack pool, kept until its loop is freed or the thread exits)
+ * keeps the one that goes with the allocator that made it, and frees with
+ * it: the allocator may be replaced meanwhile (weft.h allows that once no
+ * weft object is alive). */
+typedef void (*weft__free_fn)(void *);
+weft__free_fn weft__free_fn_now(void);
+
 #endif

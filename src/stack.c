@@ -28,6 +28,7 @@ typedef struct weft__chunk {
   size_t used;              /* slots opened since it was mapped or emptied */
   size_t guarded;           /* slots whose guard is in place */
   size_t out;               /* slots acquired and not released */
+  weft__free_fn free_fn;    /* frees this record (alloc.h) */
 } chunk;
 
 /* The pool of one stack size on one thread. */
@@ -38,7 +39,8 @@ struct weft__stack_class {
   chunk *chunks;           /* every mapping of this size */
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
   size_t nwarm;
-  size_t out; /* stacks of this class in use */
+  size_t out;            /* stacks of this class in use */
+  weft__free_fn free_fn; /* frees this record (alloc.h) */
 };
 
 static WEFT__TLS weft__stack_class *classes;
@@ -80,6 +82,7 @@ static weft__stack_class *class_for(size_t nominal) {
   weft__stack_class *c = weft__calloc(1, sizeof *c);
   if (!c)
     return NULL;
+  c->free_fn = weft__free_fn_now();
   if (!classes)
     weft__stack_thread_init();
   c->nominal = nominal;
@@ -132,6 +135,7 @@ static chunk *map_chunk(weft__stack_class *c) {
   chunk *k = weft__calloc(1, sizeof *k);
   if (!k)
     return NULL;
+  k->free_fn = weft__free_fn_now();
   /* A chunk reserves address space only; where that is short (RLIMIT_AS),
    * fewer slots may still fit, down to the one asked for. */
   void *base;
@@ -141,7 +145,7 @@ static chunk *map_chunk(weft__stack_class *c) {
          n > 1)
     n /= 2;
   if (base == MAP_FAILED) {
-    weft__free(k);
+    k->free_fn(k);
     errno = ENOMEM;
     return NULL;
   }
@@ -297,9 +301,9 @@ int weft__stack_trim(void) {
       chunk *k = c->chunks;
       c->chunks = k->next;
       munmap(k->base, k->slots * c->size);
-      weft__free(k);
+      k->free_fn(k); /* the allocator may have been replaced since */
     }
-    weft__free(c);
+    c->free_fn(c);
   }
   return 1;
 }

@@ -630,6 +630,67 @@ static long cover_deadline_job(void) {
   return 0;
 }
 
+/* ---- replacing the allocator with no weft object alive ---------------
+ * weft.h allows it, but the thread's stack pool outlives every object (it
+ * stays until a loop is freed or the thread exits): its records were once
+ * freed with the new allocator's free, which then saw blocks it never made
+ * (a crash with any allocator that is not malloc underneath). */
+#define B_TAG 0xB10CB10CB10CB10Cull
+static long b_foreign; /* frees of blocks allocator B did not make */
+
+static void *b_malloc(size_t n) {
+  uint64_t *p = malloc(n + 16);
+  if (!p)
+    return NULL;
+  p[0] = B_TAG;
+  return p + 2;
+}
+
+static void b_free(void *q) {
+  if (!q)
+    return;
+  uint64_t *p = (uint64_t *)q - 2;
+  if (p[0] != B_TAG) {
+    b_foreign++;
+    return; /* not ours: leave it be rather than corrupt the heap */
+  }
+  p[0] = 0;
+  free(p);
+}
+
+static void *b_realloc(void *q, size_t n) {
+  if (!q)
+    return b_malloc(n);
+  uint64_t *p = (uint64_t *)q - 2;
+  if (p[0] != B_TAG) {
+    b_foreign++;
+    return NULL;
+  }
+  p = realloc(p, n + 16);
+  return p ? p + 2 : NULL;
+}
+
+static void *idle_gen(weft_gen *g, void *arg) {
+  (void)g;
+  return arg;
+}
+
+static void test_replace_when_idle(void) {
+  weft_gen *g = weft_gen_new(idle_gen, NULL, 0); /* maps the pool */
+  CHECK(g != NULL);
+  void *v;
+  CHECK_EQ(weft_gen_send(g, NULL, &v), 0);
+  CHECK_EQ(weft_gen_free(g), 0);
+  long before = outstanding; /* the pool's records, from t_malloc */
+  CHECK_GE(before, 1);
+  CHECK_EQ(weft_replace_allocator(b_malloc, b_realloc, b_free), 0);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop != NULL);
+  weft_loop_free(loop); /* trims the pool: its records go to t_free */
+  CHECK_EQ(b_foreign, 0);
+  CHECK_EQ(outstanding, 0);
+}
+
 int main(void) {
   /* io_uring's provided buffers, when asked for, fall back to a recv per
    * call if their memory cannot be had: a failed allocation with no error,
@@ -686,6 +747,7 @@ int main(void) {
   CHECK_GE(n, 3); /* the job's record, the pool, the deadline's timer */
   total += n;
   printf("%ld failure points covered, no leak at any\n", total);
+  test_replace_when_idle();
   printf("ok\n");
   return 0;
 }
