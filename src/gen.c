@@ -220,4 +220,14 @@ void weft__gen_abandon(weft_gen *g) {
   }
 }
 
+void *weft__gen_outer_sp(const weft_gen *g) {
+  while (g->parent)
+    g = g->parent;
+#ifdef WEFT_CTX_UCONTEXT
+  return NULL;
+#else
+  return g->caller.sp;
+#endif
+}
+
 bool weft_gen_done(const weft_gen *g) { return !g || g->state == GEN_DONE; }

@@ -266,6 +266,11 @@ extern WEFT__TLS weft_gen *weft__gen_running;
  * stack goes back to the pool, frames abandoned; the records stay for the
  * program's weft_gen_free. gen.c. */
 void weft__gen_abandon(weft_gen *g);
+/* Where the flow that first resumed g's chain (g and the generators that
+ * resumed it) left its own stack: a task running or parked inside
+ * generators is there on its own stack (weft_dump). NULL if not known (the
+ * ucontext build). */
+void *weft__gen_outer_sp(const weft_gen *g);
 
 /* The count of scopes g's body has entered and not left (scope.c keeps
  * it): g may not yield or return inside one. gen.c. */

@@ -693,7 +693,13 @@ static const char *state_name(const weft_task *t) {
 static size_t stack_used(const weft_task *t) {
   const weft__region *r = &t->stack->region;
   uintptr_t top = (uintptr_t)r->lo + r->size, sp;
-  if (t->state == TASK_RUNNING)
+  /* Inside generators (running one, or parked in one), the task's own
+   * stack was left where it first resumed a generator: the frame address
+   * and the saved context are on a generator's stack. */
+  const weft_gen *g = t->state == TASK_RUNNING ? weft__gen_running : t->gen;
+  if (g)
+    sp = (uintptr_t)weft__gen_outer_sp(g);
+  else if (t->state == TASK_RUNNING)
     sp = (uintptr_t)__builtin_frame_address(0);
 #ifdef WEFT_CTX_UCONTEXT
   else

@@ -1004,6 +1004,86 @@ static int dump_main(void *arg) {
   return 0;
 }
 
+/* A task inside a generator (parked there, or running one) is on the
+ * generator's stack: its own "stack used" is where it left its stack to
+ * resume the generator, not 0 (the dump once read the generator's stack
+ * pointer against the task's stack and gave 0). */
+static size_t used_of(const char *dump, const char *name) {
+  char want[64];
+  snprintf(want, sizeof want, "  %s\n", name);
+  const char *end = strstr(dump, want);
+  CHECK(end != NULL);
+  const char *p = end;
+  while (p > dump && p[-1] != '\n')
+    p--;
+  size_t used = 0, size = 0;
+  char line[256];
+  snprintf(line, sizeof line, "%.*s", (int)(end - p), p);
+  const char *slash = strchr(line, '/');
+  CHECK(slash != NULL);
+  const char *q = slash;
+  while (q > line && q[-1] >= '0' && q[-1] <= '9')
+    q--;
+  CHECK_EQ(sscanf(q, "%zu/%zu", &used, &size), 2);
+  return used;
+}
+
+static void *gen_sleeps(weft_gen *g, void *arg) {
+  (void)g;
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  return NULL;
+}
+
+static char *gen_dump; /* the dump made by gen_dumps */
+
+static void *gen_dumps(weft_gen *g, void *arg) {
+  (void)g;
+  (void)arg;
+  size_t len = 0;
+  FILE *f = open_memstream(&gen_dump, &len);
+  CHECK(f != NULL);
+  weft_dump(f);
+  fclose(f);
+  return NULL;
+}
+
+/* Uses 20 KiB of its own stack, then runs `arg` as a generator. */
+static void *deep_then_gen(void *arg) {
+  volatile char big[20 * 1024];
+  memset((char *)big, 1, sizeof big);
+  weft_gen *g = weft_gen_new(arg, NULL, 0);
+  CHECK(g != NULL);
+  void *v;
+  CHECK_EQ(weft_gen_send(g, NULL, &v), 0);
+  CHECK_EQ(weft_gen_free(g), 0);
+  return (void *)(intptr_t)big[7];
+}
+
+static int dump_gen_main(void *arg) {
+  (void)arg;
+  weft_task_opts o = {.name = "parked-in-gen"};
+  weft_task *t = weft_spawn_opts(deep_then_gen, (void *)gen_sleeps, &o);
+  CHECK(t != NULL);
+  CHECK_EQ(weft_yield(), 0); /* t sleeps inside its generator */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK(f != NULL);
+  weft_dump(f);
+  fclose(f);
+  CHECK_GE(used_of(buf, "parked-in-gen"), 20 * 1024);
+  free(buf);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  o.name = "running-gen";
+  t = weft_spawn_opts(deep_then_gen, (void *)gen_dumps, &o);
+  CHECK(t != NULL);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_GE(used_of(gen_dump, "running-gen"), 20 * 1024);
+  free(gen_dump);
+  return 0;
+}
+
 static void test_dump(void) {
   char *buf = NULL;
   size_t len = 0;
@@ -1015,6 +1095,9 @@ static void test_dump(void) {
   free(buf);
   CHECK_EQ(weft_main(dump_main, NULL), 0);
   CHECK_EQ(weft_main(dump_waits_main, NULL), 0);
+#ifndef WEFT_CTX_UCONTEXT /* stack use is not tracked there */
+  CHECK_EQ(weft_main(dump_gen_main, NULL), 0);
+#endif
 }
 
 /* ---- names, ids, stack sizes ----------------------------------------- */
