@@ -135,7 +135,9 @@ weft_loop *weft_loop_new(const weft_config *cfg);
  *   WEFT_DEBUG=1  a task that holds the CPU over 100 ms without yielding
  *                 or blocking is reported on stderr by id, name and time;
  *                 SIGQUIT prints the task dump (SIGQUIT is blocked in the
- *                 loop's thread while it runs and read from a signalfd);
+ *                 loop's thread while it runs and read from a signalfd; a
+ *                 kill of the process reaches a thread that does not block
+ *                 it, so the program's other threads must block it too);
  *                 a deadlock prints the dump before cancelling.
  *   WEFT_SEED=n   (read by weft_loop_new) tasks ready at the same moment
  *                 run in an order shuffled by a PRNG seeded with n.
@@ -184,8 +186,8 @@ weft_loop *weft_loop_current(void);
  * weft_loop_stop(weft_loop_current()) ends it early: the tasks left are
  * dropped, as weft_loop_free drops them. Returns fn's value, or a negative
  * errno if the loop could not be made (fn then never runs), weft_loop_run
- * failed (-EDEADLK, a backend's error), or the loop was stopped before fn
- * returned (-EINTR). */
+ * failed (-EDEADLK, a backend's error; -EINVAL inside a running loop, fn
+ * never run), or the loop was stopped before fn returned (-EINTR). */
 int weft_main(int (*fn)(void *), void *arg);
 
 /* ------------------------------------------------------------------------ */

@@ -658,6 +658,17 @@ static void *other_loop_joiner(void *arg) { return P(weft_join(arg, NULL)); }
 
 static int run_inside(void *loop) { return weft_loop_run(loop); }
 
+static int never_run(void *arg) {
+  (void)arg;
+  CHECK(0); /* a weft_main inside a loop never runs its fn */
+  return 1;
+}
+
+static int main_inside(void *arg) {
+  (void)arg;
+  return weft_main(never_run, NULL); /* -EINVAL: a loop runs already */
+}
+
 static void *count_forever(void *arg) {
   int *n = arg;
   for (;;) {
@@ -736,6 +747,7 @@ static void test_loops(void) {
   CHECK_EQ(I(r), 10);
   /* weft_loop_run from inside a task: -EINVAL (its own or another). */
   CHECK_EQ(weft_main(run_inside, l1), -EINVAL);
+  CHECK_EQ(weft_main(main_inside, NULL), -EINVAL);
   weft_loop_free(l1);
   CHECK(weft_loop_current() == NULL);
 
