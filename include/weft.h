@@ -683,6 +683,15 @@ void weft_scope_cancel(weft_scope *s);
 /* Turns shielding of s on or off. */
 void weft_scope_shield(weft_scope *s, bool on);
 
+/* Moves s's deadline to `deadline` (absolute, on the weft_now() clock;
+ * WEFT_NEVER: none), from its task or any other task or callback of the
+ * loop: an idle timeout pushed back on each message, as trio's
+ * `scope.deadline = ...`. A call parked inside s now ends at the new
+ * deadline: later, or at once if it has passed. A deadline a call has
+ * already met stays met: s's exit still reports -ETIMEDOUT. Returns 0, or
+ * -EINVAL if s is NULL or not entered, or the caller is not on s's loop. */
+int weft_scope_set_deadline(weft_scope *s, int64_t deadline);
+
 /* ------------------------------------------------------------------------ */
 /* Task groups                                                               */
 /*

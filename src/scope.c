@@ -132,6 +132,22 @@ void weft_scope_cancel(weft_scope *s) {
   weft__cancel_recheck(s->priv_task);
 }
 
+int weft_scope_set_deadline(weft_scope *s, int64_t deadline) {
+  if (!s || !(s->priv_flags & SCOPE_ENTERED) ||
+      s->priv_task->loop != weft__loop_running)
+    return -EINVAL;
+  if (s->priv_timer) { /* armed for the old deadline */
+    weft__timer_disarm(s->priv_timer);
+    s->priv_timer = NULL;
+  }
+  s->priv_deadline = deadline;
+  /* A task parked inside: judged again, and the earliest deadline in
+   * force armed (this one, or an outer one's now first). A running task
+   * arms it when it next parks. */
+  weft__cancel_recheck(s->priv_task);
+  return 0;
+}
+
 void weft_scope_shield(weft_scope *s, bool on) {
   if (!s || !(s->priv_flags & SCOPE_ENTERED))
     return;

@@ -21,6 +21,11 @@
  *    still apply; a cancelled task's cleanup in a shielded scope completes;
  *    turning the shield off lets the cancellation in, also into a sleep
  *    in progress when another task turns it off;
+ *  - weft_scope_set_deadline: pushed back by another task while the call
+ *    waits (it ends at the new deadline), brought forward to a time past
+ *    (it ends at once), lifted by the task itself before it parks, and an
+ *    inner deadline moved past the outer one's (the outer one's timer
+ *    takes over); -EINVAL for NULL or a scope exited;
  *  - misuse: exit out of order (-EINVAL, nothing changes), twice, from
  *    another task, of a scope entered outside a task;
  *  - a generator's body: its scopes are its own (no yield inside one, no
@@ -792,6 +797,103 @@ static void *no_timer(void *arg) {
   return NULL;
 }
 
+/* ---- moving a deadline -------------------------------------------------- */
+/* An idle timeout: another task pushes the deadline back while the reader
+ * is parked; the wait ends at the new deadline, not the old one. */
+static weft_scope *idle_scope;
+static int64_t idle_moved_to;
+
+static void *idle_reader(void *arg) {
+  (void)arg;
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(40));
+  idle_scope = &s;
+  CHECK_EQ(weft_sleep(FOREVER), -ETIMEDOUT);
+  check_reached(idle_moved_to);
+  idle_scope = NULL;
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  return NULL;
+}
+
+static void *idle_main(void *arg) {
+  (void)arg;
+  weft_task *r = weft_spawn(idle_reader, NULL);
+  CHECK(r);
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0); /* the reader is parked */
+  CHECK(idle_scope != NULL);
+  idle_moved_to = weft_now() + WEFT_MS(100);
+  CHECK_EQ(weft_scope_set_deadline(idle_scope, idle_moved_to), 0);
+  CHECK_EQ(weft_join(r, NULL), 0);
+  return NULL;
+}
+
+/* Brought forward to a time past: the parked call ends at once. */
+static void *now_reader(void *arg) {
+  (void)arg;
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + FOREVER);
+  idle_scope = &s;
+  CHECK_EQ(weft_sleep(FOREVER), -ETIMEDOUT);
+  idle_scope = NULL;
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  return P(1);
+}
+
+static void *now_main(void *arg) {
+  (void)arg;
+  weft_task *r = weft_spawn(now_reader, NULL);
+  CHECK(r);
+  CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_yield(), 0);
+  CHECK(idle_scope != NULL);
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_scope_set_deadline(idle_scope, t0 - 1), 0);
+  void *res;
+  CHECK_EQ(weft_join(r, &res), 0);
+  CHECK_EQ(I(res), 1);
+  CHECK_LT(weft_now() - t0, LATE);
+  return NULL;
+}
+
+/* From the scope's own task: lifted (WEFT_NEVER) before the first park, a
+ * sleep past the old deadline completes, and no timer is left armed;
+ * moving an inner deadline past an outer one hands the wait to the outer
+ * one's timer. Misuse: -EINVAL. */
+static void *own_main(void *arg) {
+  (void)arg;
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(10));
+  CHECK_EQ(weft_scope_set_deadline(&s, WEFT_NEVER), 0);
+  CHECK_EQ(weft_sleep(WEFT_MS(30)), 0);
+  CHECK_EQ(weft_scope_exit(&s), 0);
+
+  weft_scope outer, inner;
+  int64_t d = weft_now() + WEFT_MS(40);
+  weft_scope_enter(&outer, d);
+  weft_scope_enter(&inner, weft_now() + WEFT_MS(10));
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0); /* the inner one's timer is armed */
+  CHECK_EQ(timers_armed(), 1);
+  CHECK_EQ(weft_scope_set_deadline(&inner, weft_now() + FOREVER), 0);
+  CHECK_EQ(timers_armed(), 0); /* disarmed; the next park arms outer's */
+  CHECK_EQ(weft_sleep(FOREVER), -ETIMEDOUT);
+  check_reached(d);
+  CHECK_EQ(weft_scope_exit(&inner), 0);
+  CHECK_EQ(weft_scope_exit(&outer), -ETIMEDOUT);
+
+  weft_scope never;
+  CHECK_EQ(weft_scope_set_deadline(NULL, 0), -EINVAL);
+  weft_scope_enter(&never, WEFT_NEVER);
+  CHECK_EQ(weft_scope_exit(&never), 0);
+  CHECK_EQ(weft_scope_set_deadline(&never, 0), -EINVAL); /* exited */
+  return NULL;
+}
+
+static void test_set_deadline(void) {
+  run(idle_main, NULL);
+  run(now_main, NULL);
+  run(own_main, NULL);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(RUNNING_ON_VALGRIND ? 110 : 60);
@@ -801,6 +903,7 @@ int main(void) {
   test_shield();
   test_misuse();
   test_gen_scopes();
+  test_set_deadline();
   run(no_timer, NULL);
   CHECK_EQ(check_fd_count(), fds);
   CHECK_EQ(check_subtest_failures, 0);
