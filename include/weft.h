@@ -688,7 +688,8 @@ void weft_scope_shield(weft_scope *s, bool on);
  * loop: an idle timeout pushed back on each message, as trio's
  * `scope.deadline = ...`. A call parked inside s now ends at the new
  * deadline: later, or at once if it has passed. A deadline a call has
- * already met stays met: s's exit still reports -ETIMEDOUT. Returns 0, or
+ * already met stays met: the calls after it inside s still get -ETIMEDOUT,
+ * and so does s's exit. Returns 0, or
  * -EINVAL if s is NULL or not entered, or the caller is not on s's loop. */
 int weft_scope_set_deadline(weft_scope *s, int64_t deadline);
 

@@ -40,7 +40,9 @@ int weft__cancel_status(weft_task *t) {
       now = weft__clock_of(t->loop);
       fresh = 1;
     }
-    if (s->priv_deadline <= now) {
+    /* Met once, met for good: a deadline moved later by
+     * weft_scope_set_deadline does not let calls through again. */
+    if (s->priv_deadline <= now || (s->priv_flags & SCOPE_EXPIRED)) {
       s->priv_flags |= SCOPE_EXPIRED;
       if (!rc)
         rc = -ETIMEDOUT;

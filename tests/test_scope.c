@@ -888,7 +888,23 @@ static void *own_main(void *arg) {
   return NULL;
 }
 
+/* A deadline a call has met stays met, for the calls after it too
+ * (level-triggered, as trio's cancel_called): pushing it back does not let
+ * the code inside wait again. */
+static void *met_main(void *arg) {
+  (void)arg;
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(5));
+  CHECK_EQ(weft_sleep(FOREVER), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_set_deadline(&s, weft_now() + FOREVER), 0);
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), -ETIMEDOUT);
+  CHECK_EQ(weft_yield(), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  return NULL;
+}
+
 static void test_set_deadline(void) {
+  run(met_main, NULL);
   run(idle_main, NULL);
   run(now_main, NULL);
   run(own_main, NULL);
