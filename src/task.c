@@ -712,9 +712,10 @@ static size_t stack_used(const weft_task *t) {
 }
 
 /* What t waits on, in words: "fd 7 read", "timer in 12.5 ms", ... */
-static void describe_wait(const weft_task *t, char *buf, size_t len) {
+static void describe_wait(const weft_task *t, int64_t now, char *buf,
+                          size_t len) {
   long long d = (long long)t->waits_detail;
-  double ms = (double)(t->waits_detail - weft__loop_clock(t->loop)) / 1e6;
+  double ms = (double)(t->waits_detail - now) / 1e6;
   switch (t->waits_on) {
   case WAIT_FD_READ: snprintf(buf, len, "fd %lld read", d); break;
   case WAIT_FD_WRITE: snprintf(buf, len, "fd %lld write", d); break;
@@ -753,7 +754,7 @@ static void describe_wait(const weft_task *t, char *buf, size_t len) {
   size_t n = strlen(buf);
   if (first != WEFT_NEVER && n < len)
     snprintf(buf + n, len - n, ", deadline in %.1f ms",
-             (double)(first - weft__loop_clock(t->loop)) / 1e6);
+             (double)(first - now) / 1e6);
 }
 
 void weft_dump(FILE *out) {
@@ -770,8 +771,9 @@ void weft_dump(FILE *out) {
    * columns after it line up. */
   char wait[96];
   int width = (int)strlen("waits on");
+  const int64_t now = weft__loop_clock(loop); /* one reading: one width */
   for (const weft_task *t = loop->live; t; t = t->next_live) {
-    describe_wait(t, wait, sizeof wait);
+    describe_wait(t, now, wait, sizeof wait);
     if ((int)strlen(wait) > width)
       width = (int)strlen(wait);
   }
@@ -781,7 +783,7 @@ void weft_dump(FILE *out) {
     char buf[32];
     snprintf(buf, sizeof buf, "%zu/%zu", stack_used(t),
              t->stack->region.nominal);
-    describe_wait(t, wait, sizeof wait);
+    describe_wait(t, now, wait, sizeof wait);
     fprintf(out, "%8llu  %-8s %-*s %17s  %s%s\n", (unsigned long long)t->id,
             state_name(t), width, wait, buf, t->name ? t->name : "-",
             (t->flags & TASK_CANCELLED) ? " (cancelled)" : "");
