@@ -689,8 +689,10 @@ void weft_scope_shield(weft_scope *s, bool on);
  * `scope.deadline = ...`. A call parked inside s now ends at the new
  * deadline: later, or at once if it has passed. A deadline a call has
  * already met stays met: the calls after it inside s still get -ETIMEDOUT,
- * and so does s's exit. Returns 0, or
- * -EINVAL if s is NULL or not entered, or the caller is not on s's loop. */
+ * and so does s's exit. Returns 0, or -EINVAL if s is NULL or not entered,
+ * or the caller is not on s's loop. If the new deadline's timer cannot be
+ * allocated, the call parked inside returns -ENOMEM, as it would had it
+ * parked then. */
 int weft_scope_set_deadline(weft_scope *s, int64_t deadline);
 
 /* ------------------------------------------------------------------------ */
