@@ -380,4 +380,18 @@ static inline void check_subtest_(void (*fn)(void), const char *name) {
 }
 #define CHECK_SUBTEST(fn) check_subtest_(fn, #fn)
 
+/* What weft_dump prints now, in a string the caller frees (for the tests
+ * that include weft.h before this file). */
+#ifdef WEFT_H
+static inline char *check_dump(void) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK(f != NULL);
+  weft_dump(f);
+  fclose(f);
+  return buf;
+}
+#endif
+
 #endif

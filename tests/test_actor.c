@@ -905,12 +905,7 @@ static int dump_main(void *unused) {
   send_job j;
   weft_task *t = start_sender(&j, a, 2);
   settle();
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  CHECK(f);
-  weft_dump(f);
-  fclose(f);
+  char *buf = check_dump();
   char want[96];
   snprintf(want, sizeof want, "send to full mailbox of actor %#llx",
            (unsigned long long)(uintptr_t)a);

@@ -2080,12 +2080,7 @@ static void *dump_main(void *arg) {
   weft_task *t = weft_spawn(napper, NULL);
   CHECK(t);
   CHECK_EQ(weft_yield(), 0);
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  CHECK(f);
-  weft_dump(f);
-  fclose(f);
+  char *buf = check_dump();
   char want[64];
   snprintf(want, sizeof want, "job %#llx on the pool",
            (unsigned long long)(uintptr_t)nap_fn);

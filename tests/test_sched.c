@@ -846,12 +846,7 @@ static int dump_waits_main(void *arg) {
   stop_flag = 0;
   CHECK_EQ(weft_yield(), 0); /* all of them are parked now */
 
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&buf, &len);
-  CHECK(out != NULL);
-  weft_dump(out);
-  fclose(out);
+  char *buf = check_dump();
   char line[256];
   snprintf(line, sizeof line, "%llu  waiting  fd %d read, deadline in ",
            (unsigned long long)weft_task_id(rd), dump_pipe[0]);
@@ -935,12 +930,7 @@ static void test_dump_between_runs(void) {
   CHECK_EQ(weft_loop_run(loop), 1);
   struct timespec ts = {0, 200 * 1000 * 1000};
   nanosleep(&ts, NULL);
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&buf, &len);
-  CHECK(out != NULL);
-  weft_dump(out);
-  fclose(out);
+  char *buf = check_dump();
   const char *at = strstr(buf, "timer in ");
   CHECK(at != NULL);
   double ms = atof(at + strlen("timer in "));
@@ -973,12 +963,7 @@ static int dump_main(void *arg) {
   CHECK_EQ(weft_yield(), 0); /* everyone has started; joiner parked */
   CHECK_EQ(weft_cancel(anon), 0);
 
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  CHECK(f != NULL);
-  weft_dump(f);
-  fclose(f);
+  char *buf = check_dump();
   printf("%s", buf);
   CHECK_CONTAINS(buf, "weft: 5 tasks\n");
   /* One line per task, with its state and what it waits on. */
@@ -1005,10 +990,7 @@ static int dump_main(void *arg) {
   CHECK_EQ(weft_join(sm, NULL), 0);
 
   /* Only the running task is left. */
-  buf = NULL;
-  f = open_memstream(&buf, &len);
-  weft_dump(f);
-  fclose(f);
+  buf = check_dump();
   CHECK_CONTAINS(buf, "weft: 1 task\n");
   CHECK_NOT_CONTAINS(buf, "sleeper");
   free(buf);
@@ -1052,11 +1034,7 @@ static char *gen_dump; /* the dump made by gen_dumps */
 static void *gen_dumps(weft_gen *g, void *arg) {
   (void)g;
   (void)arg;
-  size_t len = 0;
-  FILE *f = open_memstream(&gen_dump, &len);
-  CHECK(f != NULL);
-  weft_dump(f);
-  fclose(f);
+  gen_dump = check_dump();
   return NULL;
 }
 
@@ -1078,12 +1056,7 @@ static int dump_gen_main(void *arg) {
   weft_task *t = weft_spawn_opts(deep_then_gen, (void *)gen_sleeps, &o);
   CHECK(t != NULL);
   CHECK_EQ(weft_yield(), 0); /* t sleeps inside its generator */
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  CHECK(f != NULL);
-  weft_dump(f);
-  fclose(f);
+  char *buf = check_dump();
   CHECK_GE(used_of(buf, "parked-in-gen"), 20 * 1024);
   free(buf);
   CHECK_EQ(weft_join(t, NULL), 0);
@@ -1097,12 +1070,7 @@ static int dump_gen_main(void *arg) {
 }
 
 static void test_dump(void) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  CHECK(f != NULL);
-  weft_dump(f);
-  fclose(f);
+  char *buf = check_dump();
   CHECK_STR_EQ(buf, "weft: no loop on this thread\n");
   free(buf);
   CHECK_EQ(weft_main(dump_main, NULL), 0);
