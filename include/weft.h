@@ -981,6 +981,15 @@ weft_actor *weft_actor_self(void);
 /* The actor's task (for weft_cancel), NULL once it has ended. */
 weft_task *weft_actor_task(weft_actor *a);
 
+/* Waits until the actor has ended (its fn returned and its mailbox was
+ * released): 0, at once if it already has (a handle of an ended actor
+ * stays valid for this, as for sends); a cancellation point: -ECANCELED,
+ * -ETIMEDOUT. -EDEADLK from the actor itself; -EINVAL for NULL, outside a
+ * task, or from another loop's task. Any number of tasks may wait. An
+ * orderly shutdown: send the actor a message that makes fn return, then
+ * wait for it. */
+int weft_actor_wait(weft_actor *a);
+
 /* ------------------------------------------------------------------------ */
 /* Executor: blocking and CPU-bound work on a worker pool                     */
 /*

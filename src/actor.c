@@ -12,11 +12,14 @@
  *    own stacks, in a FIFO. A receive that frees a slot moves the first
  *    waiting sender's message into the ring and wakes that sender with 0,
  *    so the order is kept and no newcomer can take the slot first;
+ *  - the tasks waiting for its end (weft_actor_wait), the same records in
+ *    a second list, all woken with 0 when it ends;
  *  - the link of its bucket in the loop's registry: a hash table of
  *    chained records keyed by name (loop->actors).
  *
  * The task's on_exit hook ends the actor: it leaves the registry (the name
- * is free again), waiting senders are refused with -ENOENT, and the
+ * is free again), waiting senders are refused with -ENOENT, the tasks
+ * waiting for the end are woken (they run after the hook), and the
  * messages left in the mailbox go to the release callback. The record is
  * then recycled. Handles carry the record's generation in their top bits,
  * as task handles do (task.c), so a handle of an actor that has ended is
@@ -37,10 +40,8 @@ enum { ACTOR_FREE, ACTOR_LIVE, ACTOR_ENDED };
 
 /* A send waiting for room in a bounded mailbox (on the sender's stack). */
 typedef struct sender {
-  weft_task *task;
-  weft_actor *actor; /* the actor it sends to (a record) */
+  weft__queued q; /* first: the queue's records are senders */
   void *msg;
-  struct sender *prev, *next;
 } sender;
 
 /*
@@ -69,8 +70,10 @@ struct weft_actor {
   mail *ring;            /* the mailbox (see above) */
   size_t head, len, cap; /* its first message, how many, slots */
   size_t bound;          /* most messages queued (0: no bound) */
-  sender *senders;       /* waiting for room, first come first ... */
-  sender *senders_tail;  /* ... to last */
+  void *senders;         /* waiting for room (sender), first come first */
+  void *senders_tail;    /* ... to last */
+  void *enders;          /* waiting for the end (weft__queued) ... */
+  void *enders_tail;     /* ... and the last of them */
   void (*release)(void *msg, void *arg); /* for messages left at the end */
   void *release_arg;
   uint16_t gen;      /* handle generation: bumped on each recycle */
@@ -339,6 +342,7 @@ weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
   a->release = opts ? opts->release : NULL;
   a->release_arg = opts ? opts->release_arg : NULL;
   a->senders = a->senders_tail = NULL;
+  a->enders = a->enders_tail = NULL;
   a->receiving = 0;
   a->state = ACTOR_LIVE;
   if (name)
@@ -367,12 +371,10 @@ static void actor_exit(weft_task *t, void *arg) {
   if (a->name)
     registry_remove(r, a);
   /* The waiting senders' messages were never queued: they stay theirs. */
-  while (a->senders) {
-    sender *s = a->senders;
-    a->senders = s->next;
-    weft__wake(s->task, -ENOENT);
-  }
-  a->senders_tail = NULL;
+  while (weft__wake_first(&a->senders, -ENOENT))
+    ;
+  while (weft__wake_first(&a->enders, 0))
+    ;
   /* The rest goes to the release callback, oldest first. It is user code:
    * the ring is re-read after each call. */
   while (a->len) {
@@ -410,21 +412,6 @@ static void actors_free(weft_loop *loop) {
 }
 
 /* ---- sending ---------------------------------------------------------- */
-/* Takes a waiting send off its actor's list (cancelled, or out of time). */
-static void undo_send(weft_task *t, void *arg) {
-  sender *s = arg;
-  weft_actor *a = s->actor;
-  (void)t;
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    a->senders = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-  else
-    a->senders_tail = s->prev;
-}
-
 static int send_bounded(weft_actor *a, void *msg) {
   weft_task *t = weft__running_task();
   if (t) {
@@ -438,16 +425,12 @@ static int send_bounded(weft_actor *a, void *msg) {
     return -EINVAL; /* it would have to wait, outside a task */
   if (t == a->rec)
     return -EDEADLK; /* only the actor itself could make room */
-  sender w = {t, a, msg, a->senders_tail, NULL};
-  if (a->senders_tail)
-    a->senders_tail->next = &w;
-  else
-    a->senders = &w;
-  a->senders_tail = &w;
+  sender s = {.msg = msg};
   /* 0: a receive moved msg into the mailbox. -ENOENT: the actor ended.
-   * -ECANCELED, -ETIMEDOUT: the undo took w off; msg was not queued.
-   * Either way w is off the list, and `a` must not be touched again. */
-  return weft__park(WAIT_MAILBOX_FULL, (int64_t)(uintptr_t)a, undo_send, &w);
+   * -ECANCELED, -ETIMEDOUT: the undo took s off; msg was not queued.
+   * Either way s is off the list, and `a` must not be touched again. */
+  return weft__park_queued(&s.q, t, &a->senders, &a->senders_tail,
+                           WAIT_MAILBOX_FULL, a);
 }
 
 static int send_to(weft_actor *a, void *msg) {
@@ -489,17 +472,12 @@ static void undo_recv(weft_task *t, void *arg) {
  * first waiting sender, whose message joins the queue at once. */
 static void *take(weft_actor *a) {
   void *msg = ring_take(a);
-  if (a->senders) {
-    sender *s = a->senders;
-    a->senders = s->next;
-    if (s->next)
-      s->next->prev = NULL;
-    else
-      a->senders_tail = NULL;
+  const sender *s = a->senders;
+  if (s) {
     /* The slot just freed: cannot fail. */
     a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, s->msg);
     a->len++;
-    weft__wake(s->task, 0);
+    weft__wake_first(&a->senders, 0);
   } else {
     ring_maybe_shrink(a);
   }
@@ -557,4 +535,24 @@ weft_actor *weft_actor_self(void) {
 weft_task *weft_actor_task(weft_actor *h) {
   weft_actor *a = h ? record_of(h) : NULL;
   return a ? a->task : NULL;
+}
+
+/* ---- waiting for the end ---------------------------------------------- */
+int weft_actor_wait(weft_actor *h) {
+  weft_task *t = weft__running_task();
+  if (!h || !t)
+    return -EINVAL;
+  /* As for a send: the thread first, then the record's state. */
+  const weft_loop *loop = address_of(h)->loop;
+  if (!weft__callers(loop, loop->thread))
+    return -EINVAL;
+  int rc = weft__checkpoint();
+  weft_actor *a = record_of(h);
+  if (rc < 0 || !a)
+    return rc; /* a stale handle is an actor that has ended */
+  if (t == a->rec)
+    return -EDEADLK;
+  weft__queued w;
+  return weft__park_queued(&w, t, &a->enders, &a->enders_tail, WAIT_ACTOR_END,
+                           a);
 }

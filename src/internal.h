@@ -83,6 +83,7 @@ enum {
   WAIT_SELECT,       /* detail: the number of cases */
   WAIT_MAILBOX,      /* detail: the actor's address (its recv) */
   WAIT_MAILBOX_FULL, /* detail: the actor's address (a send to it) */
+  WAIT_ACTOR_END,    /* detail: the actor's address (weft_actor_wait) */
   WAIT_EXECUTOR,     /* detail: the function running on the pool */
   WAIT_OTHER,        /* detail: an address */
 };
@@ -312,6 +313,25 @@ int weft__park_raw(int what, int64_t detail);
 /* Makes a parked task ready with park's return value `rc`. No effect on a
  * task that is not parked. */
 void weft__wake(weft_task *t, int rc);
+
+/* A task parked in a FIFO queue (sync.c's mutex, cond, sem and event,
+ * actor.c's senders and tasks waiting for an end): a record on the task's
+ * stack, linked into the queue whose head and tail pointers it names. */
+typedef struct weft__queued {
+  weft_task *task;
+  struct weft__queued *prev, *next;
+  void **head, **tail;
+} weft__queued;
+
+/* Parks the running task t, with w (on its stack) at the tail of the queue
+ * (*head, *tail), until weft__wake_first takes it off; a cancelled or
+ * timed-out wait takes itself off. Returns what weft__park returns. */
+int weft__park_queued(weft__queued *w, weft_task *t, void **head, void **tail,
+                      int kind, const void *what);
+
+/* Takes the first record off the queue and wakes its task with rc; the
+ * record, or NULL if the queue is empty. */
+weft__queued *weft__wake_first(void **head, int rc);
 
 /* Runs the tasks that are ready, in order, until the queue is empty or
  * WEFT__BATCH of them have run; tasks hand the CPU to each other directly,

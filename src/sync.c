@@ -14,52 +14,16 @@
 #include <errno.h>
 #include <stdint.h>
 
-typedef struct waiter {
-  weft_task *task;
-  struct waiter *prev, *next;
-  void **head, **tail; /* the queue it is in */
-} waiter;
-
-static void unlink_waiter(waiter *w) {
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    *w->head = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
-  else
-    *w->tail = w->prev;
-  w->prev = w->next = NULL;
-}
-
-static void undo_wait(weft_task *t, void *arg) {
-  (void)t;
-  unlink_waiter(arg);
-}
-
 /* Parks the running task t at the tail of the queue (head, tail) until
- * wake_first or wake_all; returns what park returns. */
+ * wake_first; returns what park returns. */
 static int wait_in(weft_task *t, void **head, void **tail, int kind,
                    const void *what) {
-  waiter w = {t, *tail, NULL, head, tail};
-  if (*tail)
-    ((waiter *)*tail)->next = &w;
-  else
-    *head = &w;
-  *tail = &w;
-  return weft__park(kind, (int64_t)(uintptr_t)what, undo_wait, &w);
+  weft__queued w;
+  return weft__park_queued(&w, t, head, tail, kind, what);
 }
 
-/* Takes the first waiter off the queue and wakes it; its task, or NULL. */
-static weft_task *wake_first(void **head, void **tail) {
-  waiter *w = *head;
-  if (!w)
-    return NULL;
-  (void)tail;
-  unlink_waiter(w);
-  weft__wake(w->task, 0);
-  return w->task;
-}
+/* Wakes the first waiter of the queue with 0; whether there was one. */
+static int wake_first(void **head) { return weft__wake_first(head, 0) != 0; }
 
 /* ---- mutex ------------------------------------------------------------
  * The owner is the task's handle, not its record: a task that ends holding
@@ -100,10 +64,10 @@ int weft_mutex_trylock(weft_mutex *m) {
 
 /* Hands m to its first waiter, or frees it. */
 static void release(weft_mutex *m) {
-  waiter *w = m->priv_head;
+  weft__queued *w = m->priv_head;
   m->priv_owner = w ? weft__task_handle(w->task) : NULL;
   if (w)
-    wake_first(&m->priv_head, &m->priv_tail);
+    wake_first(&m->priv_head);
 }
 
 int weft_mutex_unlock(weft_mutex *m) {
@@ -147,12 +111,12 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
 
 void weft_cond_signal(weft_cond *c) {
   if (c)
-    wake_first(&c->priv_head, &c->priv_tail);
+    wake_first(&c->priv_head);
 }
 
 void weft_cond_broadcast(weft_cond *c) {
   if (c)
-    while (wake_first(&c->priv_head, &c->priv_tail))
+    while (wake_first(&c->priv_head))
       ;
 }
 
@@ -188,7 +152,7 @@ int weft_sem_trywait(weft_sem *s) {
 int weft_sem_post(weft_sem *s) {
   if (!s)
     return -EINVAL;
-  if (wake_first(&s->priv_head, &s->priv_tail))
+  if (wake_first(&s->priv_head))
     return 0; /* the unit went to the first waiter */
   if (s->priv_count == SIZE_MAX)
     return -EOVERFLOW;
@@ -208,7 +172,7 @@ void weft_event_set(weft_event *e) {
   if (!e)
     return;
   e->priv_set = 1;
-  while (wake_first(&e->priv_head, &e->priv_tail))
+  while (wake_first(&e->priv_head))
     ;
 }
 

@@ -387,6 +387,43 @@ WEFT__HOT void weft__wake(weft_task *t, int rc) {
   push_ready(t->loop, t);
 }
 
+/* ---- FIFO queues of parked tasks -------------------------------------- */
+static void unqueue(weft__queued *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    *w->head = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    *w->tail = w->prev;
+}
+
+static void undo_queued(weft_task *t, void *arg) {
+  (void)t;
+  unqueue(arg);
+}
+
+int weft__park_queued(weft__queued *w, weft_task *t, void **head, void **tail,
+                      int kind, const void *what) {
+  *w = (weft__queued){t, *tail, NULL, head, tail};
+  if (*tail)
+    ((weft__queued *)*tail)->next = w;
+  else
+    *head = w;
+  *tail = w;
+  return weft__park(kind, (int64_t)(uintptr_t)what, undo_queued, w);
+}
+
+weft__queued *weft__wake_first(void **head, int rc) {
+  weft__queued *w = *head;
+  if (w) {
+    unqueue(w);
+    weft__wake(w->task, rc);
+  }
+  return w;
+}
+
 void weft__cancel_parked_task(weft_task *t, int rc) {
   if (t->state != TASK_WAITING)
     return;
@@ -739,6 +776,7 @@ static void describe_wait(const weft_task *t, int64_t now, char *buf,
   case WAIT_MAILBOX_FULL:
     snprintf(buf, len, "send to full mailbox of actor %#llx", d);
     break;
+  case WAIT_ACTOR_END: snprintf(buf, len, "end of actor %#llx", d); break;
   case WAIT_EXECUTOR: snprintf(buf, len, "job %#llx on the pool", d); break;
   case WAIT_OTHER: snprintf(buf, len, "%#llx", d); break;
   default: snprintf(buf, len, "-"); break;

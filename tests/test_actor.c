@@ -23,7 +23,12 @@
  *  - memory: a 1,000,000 countdown needs no more memory than a 100,000 one;
  *  - the deadlock rule: the printer left waiting for ever is cancelled,
  *    its recv returns -ECANCELED and weft_main returns 0;
- *  - another loop's task cannot send to an actor (-EINVAL);
+ *  - weft_actor_wait: every waiter woken with 0 when the actor ends, after
+ *    its mailbox was released; at once for an ended actor, also once its
+ *    record serves another; cancelled, timed out, from the actor itself
+ *    (-EDEADLK), misuse; weft_dump shows the wait;
+ *  - another loop's task cannot send to an actor, nor wait for it
+ *    (-EINVAL);
  *  - out of memory at each allocation in turn: clean failures, no leaks.
  */
 #include "weft.h"
@@ -40,10 +45,9 @@
 #define I(p) ((intptr_t)(p))
 #define STOP P(-1)
 
-/* Lets the other tasks run until `a` has ended. */
+/* Waits until `a` has ended. */
 static void wait_ended(weft_actor *a) {
-  for (int i = 0; weft_actor_task(a) && i < 10000; i++)
-    weft_yield();
+  CHECK_EQ(weft_actor_wait(a), 0);
   CHECK(weft_actor_task(a) == NULL);
 }
 
@@ -75,6 +79,15 @@ static void *recorder(void *arg) {
       break;
   }
   return NULL;
+}
+
+/* weft_dump's output `buf` shows a task waiting on `what` of actor a. */
+static void check_shows(const char *buf, const char *what,
+                        const weft_actor *a) {
+  char want[96];
+  snprintf(want, sizeof want, "%s of actor %#llx", what,
+           (unsigned long long)(uintptr_t)a);
+  CHECK(strstr(buf, want));
 }
 
 static void check_got(const seen *s, const intptr_t *want, int n) {
@@ -737,6 +750,100 @@ static void test_deadlock(void) {
   CHECK_EQ(rc, -ECANCELED);
 }
 
+/* ---- waiting for the end ---------------------------------------------- */
+static int releases;
+
+static void count_release(void *msg, void *arg) {
+  (void)msg;
+  (void)arg;
+  releases++;
+}
+
+typedef struct ender {
+  weft_actor *a;
+  int64_t deadline; /* of a scope around the wait (WEFT_NEVER: none) */
+  int rc;
+  int releases; /* seen when the wait returned */
+} ender;
+
+static void *ender_task(void *arg) {
+  ender *e = arg;
+  weft_scope s;
+  weft_scope_enter(&s, e->deadline);
+  e->rc = weft_actor_wait(e->a);
+  e->releases = releases;
+  (void)weft_scope_exit(&s);
+  return NULL;
+}
+
+static void *self_waiter(void *arg) {
+  *(int *)arg = weft_actor_wait(weft_actor_self());
+  return NULL;
+}
+
+static int wait_main(void *unused) {
+  (void)unused;
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  seen s = {.gate = gate};
+  weft_actor_opts o = {.release = count_release};
+  weft_actor *a = weft_actor_spawn_opts("w", recorder, &s, &o);
+  CHECK(a);
+  ender e[4];
+  weft_task *t[4];
+  for (int i = 0; i < 4; i++) {
+    e[i] = (ender){a, i == 2 ? weft_now() + WEFT_MS(20) : WEFT_NEVER, 1, -1};
+    CHECK((t[i] = weft_spawn(ender_task, &e[i])));
+  }
+  settle();
+  char *buf = check_dump();
+  check_shows(buf, "end", a);
+  free(buf);
+  CHECK_EQ(weft_join(t[2], NULL), 0); /* its deadline passes */
+  CHECK_EQ(e[2].rc, -ETIMEDOUT);
+  CHECK_EQ(weft_cancel(t[3]), 0);
+  CHECK_EQ(weft_join(t[3], NULL), 0);
+  CHECK_EQ(e[3].rc, -ECANCELED);
+  CHECK_EQ(e[0].rc, 1); /* still waiting */
+  /* It ends with a message left over, released before the waiters run. */
+  releases = 0;
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  CHECK_EQ(weft_actor_send_to(a, P(7)), 0);
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+    CHECK_EQ(e[i].rc, 0);
+    CHECK_EQ(e[i].releases, 1);
+  }
+  CHECK(weft_actor_task(a) == NULL);
+  /* Ended: at once, also once its record and name serve a new actor,
+   * which the old handle does not wait for. */
+  CHECK_EQ(weft_actor_wait(a), 0);
+  seen s2 = {0};
+  weft_actor *b = weft_actor_spawn("w", recorder, &s2);
+  CHECK(b && b != a);
+  CHECK_EQ(weft_actor_wait(a), 0);
+  CHECK(weft_actor_task(b));
+  /* Still a cancellation point. */
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now());
+  CHECK_EQ(weft_actor_wait(a), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+  CHECK_EQ(weft_actor_send_to(b, STOP), 0);
+  wait_ended(b);
+  /* The actor itself; misuse. */
+  int self_rc = 1;
+  weft_actor *c = weft_actor_spawn(NULL, self_waiter, &self_rc);
+  CHECK(c);
+  wait_ended(c);
+  CHECK_EQ(self_rc, -EDEADLK);
+  CHECK_EQ(weft_actor_wait(NULL), -EINVAL);
+  weft_future_release(gate);
+  return 0;
+}
+
+static void test_wait(void) { CHECK_EQ(weft_main(wait_main, NULL), 0); }
+
 /* ---- another loop ----------------------------------------------------- */
 static weft_actor *other_loops;
 
@@ -744,6 +851,7 @@ static void *foreign_sender(void *arg) {
   int *rc = arg;
   rc[0] = weft_actor_send_to(other_loops, P(1));
   rc[1] = weft_actor_send("home", P(1)); /* names are per loop */
+  rc[2] = weft_actor_wait(other_loops);
   return NULL;
 }
 
@@ -754,7 +862,8 @@ static void test_other_loop(void) {
   CHECK((other_loops = weft_actor_spawn("home", waits_forever, &rc_home)));
   weft_loop *away = weft_loop_new(NULL);
   CHECK(away);
-  int rc[2] = {1, 1};
+  CHECK_EQ(weft_actor_wait(other_loops), -EINVAL); /* outside a task */
+  int rc[3] = {1, 1, 1};
   weft_task_opts to = {.loop = away};
   weft_task *t = weft_spawn_opts(foreign_sender, rc, &to);
   CHECK(t);
@@ -762,6 +871,7 @@ static void test_other_loop(void) {
   CHECK_EQ(weft_join(t, NULL), 0);
   CHECK_EQ(rc[0], -EINVAL);
   CHECK_EQ(rc[1], -ENOENT);
+  CHECK_EQ(rc[2], -EINVAL);
   weft_loop_free(away);
   CHECK_EQ(weft_loop_run(home), 0);
   CHECK_EQ(rc_home, -ECANCELED);
@@ -906,13 +1016,8 @@ static int dump_main(void *unused) {
   weft_task *t = start_sender(&j, a, 2);
   settle();
   char *buf = check_dump();
-  char want[96];
-  snprintf(want, sizeof want, "send to full mailbox of actor %#llx",
-           (unsigned long long)(uintptr_t)a);
-  CHECK(strstr(buf, want));
-  snprintf(want, sizeof want, "mailbox of actor %#llx",
-           (unsigned long long)(uintptr_t)b);
-  CHECK(strstr(buf, want));
+  check_shows(buf, "send to full mailbox", a);
+  check_shows(buf, "mailbox", b);
   free(buf);
   CHECK_EQ(weft_future_set_result(gate, NULL), 0);
   CHECK_EQ(weft_join(t, NULL), 0);
@@ -1001,6 +1106,7 @@ int main(void) {
   test_fifo_order();
   test_memory();
   test_deadlock();
+  test_wait();
   test_other_loop();
   test_oom();
   test_dump();
