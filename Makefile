@@ -106,7 +106,14 @@ demo: build
 # libweft.so.0 there does not find it at run time. Another prefix is the
 # user's to point LD_LIBRARY_PATH or an rpath at (README): the system's
 # cache is left alone.
-install: build
+#
+# It builds the library alone: the tests, examples and benchmarks are for
+# make test, make demo and make bench.
+install:
+	@$(DEPS) core
+	@$(DEPS) --optional uring
+	$(CMAKE) -S . -B build
+	$(SUBMAKE_ENV) $(CMAKE) --build build -j $(JOBS) --target weft weft_shared
 	DESTDIR='$(DESTDIR)' $(CMAKE) --install build --prefix '$(PREFIX)'
 	@case '$(PREFIX)' in /usr|/usr/|/usr/local|/usr/local/) system=1;; *) system=0;; esac; \
 	if [ $$system = 1 ] && [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi

@@ -264,7 +264,15 @@ void weft__seed_init(weft_loop *loop) {
   const char *s = getenv("WEFT_SEED");
   if (!s || !*s)
     return;
-  uint64_t n = strtoull(s, NULL, 0);
+  char *end;
+  errno = 0;
+  uint64_t n = strtoull(s, &end, 0);
+  if (*end || errno || *s == '-') { /* a typo would seed 0 unexplained */
+    static int told;
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+      fprintf(stderr, "weft: WEFT_SEED=\"%s\" is not a number: ignored\n", s);
+    return;
+  }
   /* splitmix64 of n: a good start for any n, 0 included; never 0. */
   uint64_t z = n + 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -1467,6 +1467,15 @@ static void seeded_run(const char *seed, char *out) {
   }
 }
 
+/* In a child: two runs under an unusable seed; the first one's order goes
+ * to the parent. */
+static void bad_seed_child(void *seed) {
+  char out[33];
+  seeded_run(seed, out);
+  seeded_run(seed, out);
+  CHECK_EQ(write(check_child_fd, out, 32), 32);
+}
+
 static void test_seed(void) {
   char fifo[33], a[33], b[33], c[33];
   seeded_run(NULL, fifo);
@@ -1490,6 +1499,18 @@ static void test_seed(void) {
     }
   }
   CHECK_GE(differs, 4); /* 16! orders: FIFO is drawn with chance 1/16! */
+  /* A seed that is not a number is ignored, and says so. */
+  static const char *bad[] = {"7x", "abc", "-3"};
+  for (int i = 0; i < 3; i++) {
+    check_child res;
+    check_child_run(bad_seed_child, (void *)bad[i], &res, 30);
+    CHECK_EXITED(res, 0);
+    CHECK_STR_EQ(res.data, fifo);
+    char want[64];
+    snprintf(want, sizeof want,
+             "weft: WEFT_SEED=\"%s\" is not a number: ignored\n", bad[i]);
+    CHECK_STR_EQ(res.err, want); /* once, for two loops */
+  }
 }
 
 int main(void) {
