@@ -62,7 +62,7 @@ BUILD_DIRS := build build-asan build-tsan build-valgrind build-ucontext \
 # in the same tree (`make -j test demo`) would race, so make stays serial.
 .NOTPARALLEL:
 .PHONY: all build test demo install asan tsan valgrind ucontext aarch64 seeds \
-        fuzz bench soak clean
+        fuzz bench bench-deps soak clean
 
 all: build
 
@@ -166,13 +166,17 @@ fuzz:
 	$(SUBMAKE_ENV) $(CMAKE) --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	bash tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
-bench: build
-	@$(DEPS) bench
+# The packages first, then the build: CMake must configure with them
+# installed, or the first run (CI=true installing them) lacks their peers.
+bench: bench-deps build
 	@if [ -f bench/run.sh ]; then \
 	  WEFT_BUILD_DIR=$(CURDIR)/build bash bench/run.sh $(ONLY); \
 	else \
 	  echo "make bench: bench/run.sh does not exist yet"; exit 1; \
 	fi
+
+bench-deps:
+	@$(DEPS) bench
 
 # The soak's exit status says whether the server held (docs/testing.md).
 soak: build

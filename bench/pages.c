@@ -18,8 +18,9 @@
  *   pages_data_warm            the same with no system call before
  *   pages_pti                  1 if the kernel reports PTI in
  *                              /sys/devices/system/cpu/vulnerabilities/
- *                              meltdown, else 0: without it the first
- *                              figures should be close to the warm ones
+ *                              meltdown, else 0 (unit "flag"): without it
+ *                              the first figures should be close to the
+ *                              warm ones
  *
  *   usage: bench_pages [-r rounds] [-n N] [-v]
  *
@@ -117,6 +118,6 @@ int main(int argc, char **argv) {
     }
     bench_report(&s, "ns");
   }
-  bench_print("pages_pti", pti(), "");
+  bench_print("pages_pti", pti(), "flag");
   return 0;
 }

@@ -25,8 +25,9 @@ need[valgrind]="valgrind libc6-dbg"
 need[aarch64]="gcc-aarch64-linux-gnu=aarch64-linux-gnu-gcc
                libc6-dev-arm64-cross qemu-user=qemu-aarch64"
 # What bench/run.sh compares weft against: Boost.Context (C++) and
-# goroutines (Go), timed with hyperfine.
-need[bench]="g++=g++ libboost-context-dev golang-go=go hyperfine=hyperfine"
+# goroutines (Go). The programs time themselves (bench/bench.h); the other
+# peers' packages bench/run.sh and bench/echo/run.sh install or skip.
+need[bench]="g++=g++ libboost-context-dev golang-go=go"
 # make fuzz: clang, and its runtimes (libFuzzer, ASan, UBSan), which
 # Debian 12 ships apart from the compiler.
 need[fuzz]="clang=clang libclang-rt-14-dev"

@@ -746,7 +746,8 @@ cat "$med"
         }
       }
     }' "$med"
-  awk '$1 ~ /_steal$/ { n++; s += $2; if ($2 > w) { w = $2; wn = $1 } }
+  awk '$1 ~ /_steal$/ { n++; s += $2
+                        if (wn == "" || $2 > w) { w = $2; wn = $1 } }
     END { if (n) printf "\nSteal (the hypervisor running others) during" \
             " the runs: mean %.0f%%, worst %d%% (%s).\n", s / n, w, wn }' "$all"
 } >&2
