@@ -389,7 +389,11 @@ static int deadlocked(weft_loop *loop) {
  * loop reads from a signalfd to print the task dump. On the way out it
  * takes back those that became pending meanwhile and unblocks only what
  * it blocked (weft_signal_wait's signals stay blocked), leaving the thread
- * as it found it. */
+ * as it found it. A SIGPIPE that another process sent (kill, sigqueue)
+ * was not the loop's doing: it is raised again once unblocked, for the
+ * program's disposition. The kernel marks a write's SIGPIPE as sent by
+ * the writing process (SI_USER), so only the sender's pid tells them
+ * apart: one this process sends itself is taken back too. */
 typedef struct {
   sigset_t mine;    /* what the guard blocked (was not blocked before) */
   sigset_t pending; /* of those, what was pending before: left be */
@@ -426,10 +430,15 @@ static void sig_restore(sig_guard *g, const sigset_t *kept) {
           !sigismember(&g->pending, sig))
         sigaddset(&take, sig);
   struct timespec zero = {0, 0};
+  siginfo_t si;
+  int sig, sent = 0;
   while (!sigisemptyset(&take) &&
-         (sigtimedwait(&take, NULL, &zero) > 0 || errno == EINTR))
-    ;
+         ((sig = sigtimedwait(&take, &si, &zero)) > 0 || errno == EINTR))
+    if (sig == SIGPIPE && si.si_code <= 0 && si.si_pid != getpid())
+      sent = 1;
   pthread_sigmask(SIG_UNBLOCK, &g->mine, NULL);
+  if (sent)
+    raise(SIGPIPE);
 }
 
 /* ---- WEFT_DEBUG's SIGQUIT ---------------------------------------------

@@ -24,6 +24,8 @@
  *  - a huge fd number is -EBADF at once;
  *  - a cancelled read consumed nothing; a cancelled wait returns
  *    -ECANCELED; a task cancelled before its call never makes it;
+ *  - a SIGPIPE another process sends while the loop runs reaches the
+ *    program's handler once when the loop returns (the writes' do not);
  *  - a write to a pipe with no reader is -EPIPE (no SIGPIPE), and the
  *    thread's signal mask is left as it was;
  *  - recv/send with flags (MSG_PEEK), an fd that was blocking is made
@@ -260,6 +262,54 @@ static void test_epipe(void) {
   CHECK(!sigismember(&after, SIGPIPE));
   CHECK_EQ(sigpending(&pending), 0);
   CHECK(!sigismember(&pending, SIGPIPE));
+}
+
+/* A SIGPIPE another process sends while the loop runs is the program's:
+ * it reaches its handler when the loop returns, once, and the writes' do
+ * not. In a child: one thread, so no other thread can take it first. */
+static volatile sig_atomic_t pipes_seen;
+
+static void on_sigpipe(int sig) {
+  (void)sig;
+  pipes_seen++;
+}
+
+static void *sent_pipe_main(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  CHECK_EQ(weft_close(p[0]), 0);
+  CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
+  pid_t me = getpid(), sender = fork();
+  CHECK_GE(sender, 0);
+  if (sender == 0)
+    _exit(kill(me, SIGPIPE) == 0 ? 0 : 1);
+  int status;
+  CHECK_EQ(waitpid(sender, &status, 0), sender);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
+  CHECK_EQ(weft_close(p[1]), 0);
+  CHECK_EQ(pipes_seen, 0); /* blocked while the loop runs */
+  return NULL;
+}
+
+static void sent_pipe_child(void *arg) {
+  (void)arg;
+  struct sigaction sa = {.sa_handler = on_sigpipe};
+  CHECK_EQ(sigaction(SIGPIPE, &sa, NULL), 0);
+  check_run(sent_pipe_main, NULL);
+  CHECK_EQ(pipes_seen, 1);
+  sigset_t pending;
+  CHECK_EQ(sigpending(&pending), 0);
+  CHECK(!sigismember(&pending, SIGPIPE));
+}
+
+static void test_sent_sigpipe(void) {
+  check_child res;
+  check_child_run(sent_pipe_child, NULL, &res, 30);
+  if (!WIFEXITED(res.status) || WEXITSTATUS(res.status) != 0)
+    fprintf(stderr, "%s", res.err);
+  CHECK_EXITED(res, 0);
 }
 
 /* ---- files, blocking fds, signals ------------------------------------- */
@@ -871,6 +921,7 @@ int main(void) {
   test_dropped_recv();
   test_cancel();
   test_epipe();
+  test_sent_sigpipe();
   test_misc();
   test_signals();
   CHECK_EQ(check_fd_count(), fds);
