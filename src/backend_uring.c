@@ -1460,17 +1460,21 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
    * or a socket at its current position instead. The fd is looked at
    * once (not made non-blocking: a file with O_NONBLOCK would make the
    * ring answer -EAGAIN instead of reading). */
-  if (!(e->flags & FD_UNPOLLABLE)) {
-    /* The kernel says: lseek fails with ESPIPE where pread would (pipes,
-     * sockets, ttys), and works on files and on devices such as
-     * /dev/zero. A device weft_read has used is known already, as one
-     * that polls: it is asked each time (it once got -ESPIPE). */
-    if (lseek(fd, 0, SEEK_CUR) >= 0) {
+  if (!(e->flags & FD_UNPOLLABLE) && op != FILE_FSYNC) {
+    /* The kernel says, with a pread or pwrite of 0 bytes: -ESPIPE where
+     * pread would (pipes, sockets, ttys, and eventfds, timerfds, epoll
+     * fds, whose lseek succeeds without moving anything), a count on
+     * files and on devices such as /dev/zero (any other error is the
+     * request's to give). A device weft_read has used is known already,
+     * as one that polls: it is asked each time (it once got -ESPIPE).
+     * fsync needs no look: fsync(2) takes any fd (-EINVAL where it
+     * cannot), and the ring's answers are its own. */
+    ssize_t z = op == FILE_READ ? pread(fd, NULL, 0, 0)
+                                : pwrite(fd, NULL, 0, 0);
+    if (z >= 0) {
       if (!(e->flags & FD_KNOWN))
         e->flags |= FD_KNOWN | FD_UNPOLLABLE;
-    } else if (errno != ESPIPE) {
-      return -errno;
-    } else if (op != FILE_FSYNC) {
+    } else if (errno == ESPIPE) {
       return -ESPIPE;
     }
   }

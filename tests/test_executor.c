@@ -43,7 +43,8 @@
  *    cancelled open creates nothing; a close with a cancelled write still
  *    queued keeps the fd number until the write has run (the late write
  *    cannot land in a file opened meanwhile), also when the loop is freed
- *    first;
+ *    first; an eventfd, a timerfd and an epoll fd (lseek succeeds, pread
+ *    refuses) are -ESPIPE, and the eventfd's count stays;
  *  - subtests (each in a child, reported, counted as failures): a second
  *    close of an fd whose close is deferred, a read of it, and file calls
  *    on fd INT_MAX, all -EBADF;
@@ -72,8 +73,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1825,6 +1829,35 @@ static void *stale_main(void *arg) {
   return NULL;
 }
 
+/* fds whose lseek succeeds without seeking (eventfd, timerfd, epoll):
+ * pread and pwrite refuse them, so the file calls do, -ESPIPE on every
+ * backend (io_uring took lseek's word and read the eventfd, taking its
+ * count, or waited on an empty one). */
+static void *anon_main(void *arg) {
+  (void)arg;
+  char buf[8];
+  uint64_t one = 1;
+  int fds[3] = {eventfd(1, EFD_CLOEXEC), timerfd_create(CLOCK_MONOTONIC,
+                                                       TFD_CLOEXEC),
+                epoll_create1(EPOLL_CLOEXEC)};
+  for (int i = 0; i < 3; i++) {
+    CHECK_GE(fds[i], 0);
+    CHECK_EQ(pread(fds[i], buf, sizeof buf, 0), -1);
+    CHECK_EQ(errno, ESPIPE);
+    weft_scope s;
+    weft_scope_enter(&s, weft_now() + WEFT_SEC(5));
+    CHECK_EQ(weft_file_read(fds[i], buf, sizeof buf, 0), -ESPIPE);
+    CHECK_EQ(weft_file_write(fds[i], &one, sizeof one, 0), -ESPIPE);
+    CHECK_EQ(weft_scope_exit(&s), 0);
+  }
+  uint64_t n = 0; /* the eventfd's count is still there */
+  CHECK_EQ(read(fds[0], &n, sizeof n), (ssize_t)sizeof n);
+  CHECK_EQ(n, 1);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(close(fds[i]), 0);
+  return NULL;
+}
+
 /* A file call in flight when another task closes the fd completes, and
  * the close comes after it, on every backend (io_uring made the calls
  * -EBADF and did none of them). */
@@ -1882,6 +1915,7 @@ static void test_files(void) {
   test_deferred_close();
   test_handed();
   run("a file at a stale number, devices, pipes", stale_main, NULL);
+  run("eventfd, timerfd, epoll fd: -ESPIPE", anon_main, NULL);
   CHECK_SUBTEST(double_close);
   CHECK_SUBTEST(read_after_close);
   if (RUNNING_ON_VALGRIND || CHECK_ASAN || TEST_TSAN)
