@@ -446,11 +446,16 @@ static void *woken_main(void *arg) {
   CHECK_EQ(weft_join(w_a, NULL), 0);
   CHECK_EQ(weft_join(b, NULL), 0);
   int uring = strcmp(weft_loop_backend(weft_loop_current()), "io_uring") == 0;
+  /* io_uring reads into the caller's buffer before it runs, but not with
+   * provided buffers: there the data waits in weft's queue, which the
+   * close drops. */
+  const char *pbuf = getenv("WEFT_URING_PBUF");
+  int read_first = uring && !(pbuf && strcmp(pbuf, "1") == 0);
   char buf[8] = {0};
   if (w_mode == 0) {
     /* -EBADF, or 'x' if A ran first (or io_uring read it first). */
     CHECK(w_a_n == -EBADF || (w_a_n == 1 && w_a_buf[0] == 'x'));
-    if (w_b_first && !uring)
+    if (w_b_first && !read_first)
       CHECK_EQ(w_a_n, -EBADF);
     CHECK_EQ(read(wnew[0], buf, sizeof buf), 6); /* still the pipe's */
     CHECK(memcmp(buf, "SECRET", 6) == 0);
