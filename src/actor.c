@@ -18,10 +18,11 @@
  *    chained records keyed by name (loop->actors).
  *
  * The task's on_exit hook ends the actor: it leaves the registry (the name
- * is free again), waiting senders are refused with -ENOENT, the tasks
- * waiting for the end are woken (they run after the hook), and the
- * messages left in the mailbox go to the release callback. The record is
- * then recycled. Handles carry the record's generation in their top bits,
+ * is free again), waiting senders are refused with -ENOENT, the messages
+ * left in the mailbox go to the release callback, and then the tasks
+ * waiting for the end are woken (they run after the hook; until then a
+ * wait for the actor parks, even once it no longer counts as live for
+ * sends). The record is then recycled. Handles carry the record's generation in their top bits,
  * as task handles do (task.c), so a handle of an actor that has ended is
  * recognised (sends to it return -ENOENT) even once its record serves
  * another actor. Records are never given back to the allocator before the
@@ -111,17 +112,26 @@ static weft_actor *handle_of(weft_actor *a) {
 static weft_actor *address_of(const weft_actor *h) {
   return (weft_actor *)((uintptr_t)h & ADDR_MASK);
 }
-static weft_actor *record_of(const weft_actor *h) {
+/* The record of a handle whose actor has not finished ending (live, or in
+ * its on_exit hook, releasing its mailbox), else NULL. */
+static weft_actor *record_unfinished(const weft_actor *h) {
   weft_actor *a = address_of(h);
-  if (!a || a->state != ACTOR_LIVE ||
+  if (!a || a->state == ACTOR_FREE ||
       a->gen != (uint16_t)((uintptr_t)h >> GEN_SHIFT))
     return NULL;
   return a;
+}
+static weft_actor *record_of(const weft_actor *h) {
+  weft_actor *a = record_unfinished(h);
+  return a && a->state == ACTOR_LIVE ? a : NULL;
 }
 #else
 #define RECYCLE 0
 static weft_actor *handle_of(weft_actor *a) { return a; }
 static weft_actor *address_of(const weft_actor *h) { return (weft_actor *)h; }
+static weft_actor *record_unfinished(const weft_actor *h) {
+  return h && h->state != ACTOR_FREE ? (weft_actor *)h : NULL;
+}
 static weft_actor *record_of(const weft_actor *h) {
   return h && h->state == ACTOR_LIVE ? (weft_actor *)h : NULL;
 }
@@ -367,21 +377,24 @@ static void actor_exit(weft_task *t, void *arg) {
   t->on_exit = NULL;
   a->state = ACTOR_ENDED;
   a->task = NULL;
-  a->rec = NULL;
   if (a->name)
     registry_remove(r, a);
   /* The waiting senders' messages were never queued: they stay theirs. */
   while (weft__wake_first(&a->senders, -ENOENT))
     ;
-  while (weft__wake_first(&a->enders, 0))
-    ;
   /* The rest goes to the release callback, oldest first. It is user code:
-   * the ring is re-read after each call. */
+   * the ring is re-read after each call. It may also block, and tasks that
+   * wait for the end meanwhile join the waiters (a->rec, still set, tells
+   * weft_actor_wait the callback itself apart). */
   while (a->len) {
     void *msg = ring_take(a);
     if (a->release)
       a->release(msg, a->release_arg);
   }
+  a->rec = NULL;
+  /* Ended and released: now the waiters. */
+  while (weft__wake_first(&a->enders, 0))
+    ;
   record_free(r, a);
 }
 
@@ -547,7 +560,8 @@ int weft_actor_wait(weft_actor *h) {
   if (!weft__callers(loop, loop->thread))
     return -EINVAL;
   int rc = weft__checkpoint();
-  weft_actor *a = record_of(h);
+  /* An actor still releasing its mailbox has not ended yet, for this. */
+  weft_actor *a = record_unfinished(h);
   if (rc < 0 || !a)
     return rc; /* a stale handle is an actor that has ended */
   if (t == a->rec)

@@ -26,7 +26,9 @@
  *  - weft_actor_wait: every waiter woken with 0 when the actor ends, after
  *    its mailbox was released; at once for an ended actor, also once its
  *    record serves another; cancelled, timed out, from the actor itself
- *    (-EDEADLK), misuse; weft_dump shows the wait;
+ *    (-EDEADLK), misuse; weft_dump shows the wait; a release callback
+ *    that blocks: waiters, also those that come meanwhile, return once
+ *    it is done, and it gets -EDEADLK waiting for its own actor;
  *  - another loop's task cannot send to an actor, nor wait for it
  *    (-EINVAL);
  *  - out of memory at each allocation in turn: clean failures, no leaks.
@@ -844,6 +846,57 @@ static int wait_main(void *unused) {
 
 static void test_wait(void) { CHECK_EQ(weft_main(wait_main, NULL), 0); }
 
+/* A release callback that blocks: the waiters still see the mailbox
+ * released when their wait returns, one that comes meanwhile waits too,
+ * and the callback waiting for its own actor gets -EDEADLK. */
+static weft_actor *blocking_actor;
+static int blocking_self_rc = 1;
+
+static void blocking_release(void *msg, void *arg) {
+  (void)msg;
+  (void)arg;
+  settle();
+  if (blocking_self_rc == 1)
+    blocking_self_rc = weft_actor_wait(blocking_actor);
+  releases++;
+}
+
+static int wait_release_main(void *unused) {
+  (void)unused;
+  seen s = {0};
+  weft_actor_opts o = {.release = blocking_release};
+  weft_actor *a = weft_actor_spawn_opts(NULL, recorder, &s, &o);
+  CHECK(a);
+  blocking_actor = a;
+  releases = 0;
+  ender e[2];
+  weft_task *t[2];
+  e[0] = (ender){a, WEFT_NEVER, 1, -1};
+  CHECK((t[0] = weft_spawn(ender_task, &e[0])));
+  settle();
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(weft_actor_send_to(a, P(i)), 0);
+  /* Runs the actor into its release callback, which blocks. */
+  while (weft_actor_task(a))
+    weft_yield();
+  CHECK(releases < 3);
+  e[1] = (ender){a, WEFT_NEVER, 1, -1};
+  CHECK((t[1] = weft_spawn(ender_task, &e[1])));
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+    CHECK_EQ(e[i].rc, 0);
+    CHECK_EQ(e[i].releases, 3);
+  }
+  CHECK_EQ(blocking_self_rc, -EDEADLK);
+  CHECK_EQ(weft_actor_wait(a), 0);
+  return 0;
+}
+
+static void test_wait_release(void) {
+  CHECK_EQ(weft_main(wait_release_main, NULL), 0);
+}
+
 /* ---- another loop ----------------------------------------------------- */
 static weft_actor *other_loops;
 
@@ -1107,6 +1160,7 @@ int main(void) {
   test_memory();
   test_deadlock();
   test_wait();
+  test_wait_release();
   test_other_loop();
   test_oom();
   test_dump();
