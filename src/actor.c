@@ -20,9 +20,9 @@
  * The task's on_exit hook ends the actor: it leaves the registry (the name
  * is free again), waiting senders are refused with -ENOENT, the messages
  * left in the mailbox go to the release callback, and then the tasks
- * waiting for the end are woken (they run after the hook; until then a
- * wait for the actor parks, even once it no longer counts as live for
- * sends). The record is then recycled. Handles carry the record's generation in their top bits,
+ * waiting for the end are woken (until then a wait for the actor parks,
+ * even though sends to it fail already). The record is then recycled.
+ * Handles carry the record's generation in their top bits,
  * as task handles do (task.c), so a handle of an actor that has ended is
  * recognised (sends to it return -ENOENT) even once its record serves
  * another actor. Records are never given back to the allocator before the
