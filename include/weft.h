@@ -935,7 +935,9 @@ typedef struct weft_actor_opts {
   /* Called as release(msg, release_arg), oldest first, for each message
    * still in the mailbox when the actor ends (in its task, after fn
    * returned; the actor counts as ended already), or when the loop is
-   * freed with the actor still there (then it must not call weft). Not for
+   * freed with the actor still there, or with the release of its leftovers
+   * stopped inside a callback that blocked (then it must not call weft:
+   * the messages not reached yet are released from weft_loop_free). Not for
    * sends refused with -ENOENT, whether made after the end or waiting at
    * it: those messages stay the sender's. NULL: left alone. */
   void (*release)(void *msg, void *arg);

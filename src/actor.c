@@ -407,11 +407,12 @@ static void actors_free(weft_loop *loop) {
   loop->actors = NULL;
   /* The tasks are gone (their stacks dropped, with any waiting senders on
    * them): only what the records own is left, and the messages queued in
-   * the mailboxes of actors that never ended, which are released. */
+   * the mailboxes of actors that never finished ending (live, or dropped
+   * inside a release callback that blocked), which are released. */
   while (r->all) {
     weft_actor *a = r->all;
     r->all = a->all;
-    while (a->state == ACTOR_LIVE && a->len) {
+    while (a->len) {
       void *msg = ring_take(a);
       if (a->release)
         a->release(msg, a->release_arg);

@@ -846,6 +846,47 @@ static int wait_main(void *unused) {
 
 static void test_wait(void) { CHECK_EQ(weft_main(wait_main, NULL), 0); }
 
+/* The loop freed while an actor's release callback is blocked: the
+ * messages it had not reached yet are released by weft_loop_free. */
+static weft_event release_gate;
+static intptr_t late_released[4];
+static int nreleased;
+
+static void stuck_release(void *msg, void *arg) {
+  (void)arg;
+  late_released[nreleased++] = I(msg);
+  if (nreleased == 1)
+    (void)weft_event_wait(&release_gate); /* never set: freed under it */
+}
+
+static void *stopper(void *arg) {
+  (void)arg;
+  settle();
+  weft_loop_stop(weft_loop_current());
+  return NULL;
+}
+
+static void test_free_in_release(void) {
+  weft_event_init(&release_gate);
+  nreleased = 0;
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  seen s = {.take = 1};
+  weft_actor_opts o = {.release = stuck_release};
+  weft_actor *a = weft_actor_spawn_opts("r", recorder, &s, &o);
+  CHECK(a);
+  for (intptr_t m = 1; m <= 4; m++)
+    CHECK_EQ(weft_actor_send_to(a, P(m)), 0);
+  CHECK(weft_spawn(stopper, NULL));
+  CHECK_EQ(weft_loop_run(loop), 1); /* stopped */
+  CHECK_EQ(nreleased, 1);           /* 2 is in the blocked callback */
+  weft_loop_free(loop);
+  CHECK_EQ(nreleased, 3);
+  CHECK_EQ(late_released[0], 2);
+  CHECK_EQ(late_released[1], 3);
+  CHECK_EQ(late_released[2], 4);
+}
+
 /* A release callback that blocks: the waiters still see the mailbox
  * released when their wait returns, one that comes meanwhile waits too,
  * and the callback waiting for its own actor gets -EDEADLK. */
@@ -1160,6 +1201,7 @@ int main(void) {
   test_memory();
   test_deadlock();
   test_wait();
+  test_free_in_release();
   test_wait_release();
   test_other_loop();
   test_oom();
