@@ -157,6 +157,7 @@ typedef struct rx {
   uint16_t first, last; /* the queue: buffers linked by st->links */
   unsigned len;         /* ... how many */
   uint32_t off;         /* bytes of the first already taken */
+  unsigned streak;      /* chunks taken since the reader last parked (below) */
 } rx;
 
 typedef struct uring_state {
@@ -1000,6 +1001,7 @@ static void rx_push(uring_state *st, rx *r, uint16_t bid, uint32_t len) {
 
 static void rx_pop(uring_state *st, rx *r) {
   uint16_t bid = r->first;
+  r->streak++;
   r->first = st->links->next[bid];
   r->len--;
   r->off = 0;
@@ -1183,6 +1185,7 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
       rx_arm(loop, st, r);
     uring_op u = {.r = r};
     uint32_t gen = loop->fds[op->fd].gen;
+    r->streak = 0;
     int rc = waitlist_park(loop, &r->ms.waiting, &u, op->fd, undo_rx);
     if (rc != 1) {
       /* Cancelled, or closed: what was taken is the caller's (a
@@ -1245,8 +1248,30 @@ static int rx_serves(uring_state *st, const weft__op *op, const weft__fd *e) {
 
 #define RW_MAX ((size_t)0x7ffff000) /* INT_MAX rounded down to a page */
 
+/* A reader served from its queue does not park, and the kernel fills the
+ * queue well past RX_QUEUE_MAX before the cancellation lands (a multishot
+ * recv takes all the socket holds at once: ~100 buffers from a peer that
+ * floods). So after RX_QUEUE_MAX chunks taken without parking, the caller
+ * goes to the back of the ready queue first, as io.c's budget does on the
+ * readiness way: else the reader of a flooding peer runs alone while it
+ * empties its queue (test_badpeer.io_uring_pbuf). */
+static int rx_turn_spent(weft_loop *loop, uring_state *st, const weft__op *op) {
+  if (!weft__op_is_input(op->kind) || op->kind == OP_ACCEPT || op->plain)
+    return 0;
+  rx *r = (rx *)ms_at(&st->rxs, op->fd);
+  if (!r || r->streak < RX_QUEUE_MAX)
+    return 0;
+  r->streak = 0;
+  uint32_t gen = loop->fds[op->fd].gen;
+  (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+  return loop->fds[op->fd].gen != gen ? -EBADF : 0; /* closed meanwhile */
+}
+
 static ssize_t uring_io(weft_loop *loop, weft__op *op) {
-  int rc = weft__checkpoint();
+  int rc = rx_turn_spent(loop, state(loop), op);
+  if (rc < 0)
+    return rc;
+  rc = weft__checkpoint();
   if (rc < 0)
     return rc;
   weft__fd *e = weft__fd_entry(loop, op->fd, &rc);
