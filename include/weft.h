@@ -1080,17 +1080,18 @@ int weft_getaddrinfo(const char *node, const char *service,
  * the request did if it completed; and an O_DIRECT buffer must then be
  * aligned, as for pread: the pool's own buffer is.) open adds O_CLOEXEC.
  * Each returns what the POSIX call returns (an fd, a count, 0) or a
- * negative errno; -ECANCELED, -ETIMEDOUT, -EINVAL outside a task or with
- * an offset < 0, -ESPIPE for a read or write on a pipe or socket (as
- * pread; fsync there gives fsync's own -EINVAL), -ENOMEM, -EAGAIN (no
- * worker thread could be started). A cancelled open closes the fd it got;
- * a cancelled close still closes. The calls of a cancelled read or write
- * still run on the pool: weft_file_close of an fd with such calls in flight
- * returns at once (0, or -ECANCELED for a cancelled task) and closes the fd
- * when the last of them has ended, so
- * its number is not reused before (close files with weft_file_close, not
- * weft_close). weft_file_close's -ENOMEM (no job could be had) leaves the
- * fd open, for the caller to close or to try again. */
+ * negative errno; -ECANCELED, -ETIMEDOUT, -EINVAL outside a task, with
+ * an offset < 0 or with buf NULL and len > 0 (where pread would fault),
+ * -EBADF for an fd < 0 (whatever the offset), -ESPIPE for a read or write on a
+ * pipe or socket (as pread; fsync there gives fsync's own -EINVAL), -ENOMEM,
+ * -EAGAIN (no worker thread could be started). A cancelled open closes the fd
+ * it got; a cancelled close still closes. The calls of a cancelled read or
+ * write still run on the pool: weft_file_close of an fd with such calls in
+ * flight returns at once (0, or -ECANCELED for a cancelled task) and closes the
+ * fd when the last of them has ended, so its number is not reused before (close
+ * files with weft_file_close, not weft_close). weft_file_close's -ENOMEM (no
+ * job could be had) leaves the fd open, for the caller to close or to try
+ * again. */
 int weft_file_open(const char *path, int flags, mode_t mode);
 ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset);
 ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset);

@@ -1399,6 +1399,14 @@ static void *file_main(void *arg) {
   CHECK_EQ(weft_file_read(fd, buf, sizeof buf, 1000), 0);
   CHECK_EQ(weft_file_read(fd, buf, 0, 0), 0);
   CHECK_EQ(weft_file_write(fd, buf, 0, 0), 0);
+  CHECK_EQ(weft_file_read(fd, NULL, 0, 0), 0);
+  /* Arguments: no current position, no NULL buffer, a negative fd first. */
+  CHECK_EQ(weft_file_read(fd, buf, sizeof buf, -1), -EINVAL);
+  CHECK_EQ(weft_file_write(fd, "x", 1, -1), -EINVAL);
+  CHECK_EQ(weft_file_read(fd, NULL, 4, 0), -EINVAL);
+  CHECK_EQ(weft_file_write(fd, NULL, 4, 0), -EINVAL);
+  CHECK_EQ(weft_file_read(-1, buf, sizeof buf, -1), -EBADF);
+  CHECK_EQ(weft_file_fsync(-1), -EBADF);
   /* The file as the kernel has it. */
   struct stat st;
   CHECK_EQ(fstat(fd, &st), 0);
