@@ -389,11 +389,13 @@ static int deadlocked(weft_loop *loop) {
  * loop reads from a signalfd to print the task dump. On the way out it
  * takes back those that became pending meanwhile and unblocks only what
  * it blocked (weft_signal_wait's signals stay blocked), leaving the thread
- * as it found it. A SIGPIPE that another process sent (kill, sigqueue)
- * was not the loop's doing: it is raised again once unblocked, for the
- * program's disposition. The kernel marks a write's SIGPIPE as sent by
- * the writing process (SI_USER), so only the sender's pid tells them
- * apart: one this process sends itself is taken back too. */
+ * as it found it. A SIGPIPE that another process sent (kill, sigqueue) or
+ * that this one queued (sigqueue: SI_QUEUE) was not the loop's doing: it
+ * is raised again once unblocked, for the program's disposition. The
+ * kernel marks a write's SIGPIPE as sent by the writing process with kill
+ * (SI_USER), so one this process sends itself with kill is taken back too
+ * (and with raise or pthread_kill, which recent kernels mark SI_USER as
+ * well). */
 typedef struct {
   sigset_t mine;    /* what the guard blocked (was not blocked before) */
   sigset_t pending; /* of those, what was pending before: left be */
@@ -434,7 +436,8 @@ static void sig_restore(sig_guard *g, const sigset_t *kept) {
   int sig, sent = 0;
   while (!sigisemptyset(&take) &&
          ((sig = sigtimedwait(&take, &si, &zero)) > 0 || errno == EINTR))
-    if (sig == SIGPIPE && si.si_code <= 0 && si.si_pid != getpid())
+    if (sig == SIGPIPE && si.si_code <= 0 &&
+        (si.si_code != SI_USER || si.si_pid != getpid()))
       sent = 1;
   pthread_sigmask(SIG_UNBLOCK, &g->mine, NULL);
   if (sent)

@@ -24,8 +24,9 @@
  *  - a huge fd number is -EBADF at once;
  *  - a cancelled read consumed nothing; a cancelled wait returns
  *    -ECANCELED; a task cancelled before its call never makes it;
- *  - a SIGPIPE another process sends while the loop runs reaches the
- *    program's handler once when the loop returns (the writes' do not);
+ *  - a SIGPIPE another process sends, or the program queues, while the
+ *    loop runs reaches the program's handler once when the loop returns
+ *    (the writes' do not, nor one the program kills itself with);
  *  - a write to a pipe with no reader is -EPIPE (no SIGPIPE), and the
  *    thread's signal mask is left as it was;
  *  - recv/send with flags (MSG_PEEK), an fd that was blocking is made
@@ -266,7 +267,12 @@ static void test_epipe(void) {
 
 /* A SIGPIPE another process sends while the loop runs is the program's:
  * it reaches its handler when the loop returns, once, and the writes' do
- * not. In a child: one thread, so no other thread can take it first. */
+ * not. So does one the program queues itself (sigqueue); one it sends
+ * with kill(getpid()) looks like a write's (SI_USER from this process) and
+ * is taken back. In a child: one thread, so no other thread can take it
+ * first. */
+enum { PIPE_OTHER_PROCESS, PIPE_QUEUED, PIPE_KILL_SELF };
+
 static volatile sig_atomic_t pipes_seen;
 
 static void on_sigpipe(int sig) {
@@ -275,18 +281,24 @@ static void on_sigpipe(int sig) {
 }
 
 static void *sent_pipe_main(void *arg) {
-  (void)arg;
+  int how = *(int *)arg;
   int p[2];
   CHECK_EQ(pipe(p), 0);
   CHECK_EQ(weft_close(p[0]), 0);
   CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
-  pid_t me = getpid(), sender = fork();
-  CHECK_GE(sender, 0);
-  if (sender == 0)
-    _exit(kill(me, SIGPIPE) == 0 ? 0 : 1);
-  int status;
-  CHECK_EQ(waitpid(sender, &status, 0), sender);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (how == PIPE_OTHER_PROCESS) {
+    pid_t me = getpid(), sender = fork();
+    CHECK_GE(sender, 0);
+    if (sender == 0)
+      _exit(kill(me, SIGPIPE) == 0 ? 0 : 1);
+    int status;
+    CHECK_EQ(waitpid(sender, &status, 0), sender);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  } else if (how == PIPE_QUEUED) {
+    CHECK_EQ(sigqueue(getpid(), SIGPIPE, (union sigval){0}), 0);
+  } else {
+    CHECK_EQ(kill(getpid(), SIGPIPE), 0);
+  }
   CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
   CHECK_EQ(weft_close(p[1]), 0);
   CHECK_EQ(pipes_seen, 0); /* blocked while the loop runs */
@@ -294,20 +306,21 @@ static void *sent_pipe_main(void *arg) {
 }
 
 static void sent_pipe_child(void *arg) {
-  (void)arg;
   struct sigaction sa = {.sa_handler = on_sigpipe};
   CHECK_EQ(sigaction(SIGPIPE, &sa, NULL), 0);
-  check_run(sent_pipe_main, NULL);
-  CHECK_EQ(pipes_seen, 1);
+  check_run(sent_pipe_main, arg);
+  CHECK_EQ(pipes_seen, (*(int *)arg == PIPE_KILL_SELF ? 0 : 1));
   sigset_t pending;
   CHECK_EQ(sigpending(&pending), 0);
   CHECK(!sigismember(&pending, SIGPIPE));
 }
 
 static void test_sent_sigpipe(void) {
-  check_child res;
-  check_child_run(sent_pipe_child, NULL, &res, 30);
-  CHECK_EXITED(res, 0); /* prints the child's stderr if not */
+  for (int how = PIPE_OTHER_PROCESS; how <= PIPE_KILL_SELF; how++) {
+    check_child res;
+    check_child_run(sent_pipe_child, &how, &res, 30);
+    CHECK_EXITED(res, 0); /* prints the child's stderr if not */
+  }
 }
 
 /* ---- files, blocking fds, signals ------------------------------------- */
