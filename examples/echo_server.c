@@ -44,7 +44,7 @@
 
 #include "args.h"
 
-#define LINE_MAX_LEN 65536
+#define LINE_MAX_LEN 65536 /* the longest line answered, '\n' included */
 
 static const char *host = "";
 static int port = 16000, clients = 0, closed = 0;
@@ -144,7 +144,11 @@ static int accept_loop(void) {
      * replies waits for the client's delayed ACK (40 ms). */
     int one = 1;
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    weft_stream *s = weft_stream_new(c, 0);
+    /* A buffer one byte over the limit: a stream reports a last line
+     * without '\n' that fills its whole buffer as too long (the next byte
+     * could be more of it), so with 64 KiB a 65,536-byte last line would
+     * be skipped, where the rule, and the seed, answer it. */
+    weft_stream *s = weft_stream_new(c, LINE_MAX_LEN + 1);
     if (!s || !weft_group_spawn(conns, client_handler, s)) {
       fprintf(stderr, "echo_server: out of memory for a client\n");
       if (s)

@@ -13,7 +13,8 @@
  *
  *  echo_server (seed 000): lines split across sends, a line of 1 MB (too
  *  long: skipped) followed by a short one, a last line without '\n'
- *  before the client's shutdown, a client that resets the connection.
+ *  before the client's shutdown, lines at the 65,536-byte limit (a last
+ *  one without '\n' too), a client that resets the connection.
  *  echo_raw (seed 003): chunks answered with "Got:" each, 25,000 bytes in
  *  one send (at most 10,000 per answer).
  *
@@ -174,8 +175,36 @@ static void recv_exact(int fd, const char *want) {
   CHECK_STR_EQ(buf, want);
 }
 
+/* The next bytes on fd must be "GOT:", n times ch, then '\n' if nl. */
+static void recv_got_run(int fd, char ch, size_t n, int nl) {
+  recv_exact(fd, "GOT:");
+  size_t len = n + (nl ? 1 : 0), got = 0;
+  char *buf = malloc(len);
+  CHECK(buf);
+  while (got < len) {
+    ssize_t k = recv(fd, buf + got, len - got, 0);
+    CHECK_GT(k, 0);
+    got += (size_t)k;
+  }
+  for (size_t i = 0; i < n; i++)
+    CHECK_EQ(buf[i], ch);
+  if (nl)
+    CHECK_EQ(buf[n], '\n');
+  free(buf);
+}
+
+/* Sends n times ch, then '\n' if nl. */
+static void send_run(int fd, char ch, size_t n, int nl) {
+  char *buf = malloc(n + 1);
+  CHECK(buf);
+  memset(buf, ch, n);
+  buf[n] = '\n';
+  send_all(fd, buf, n + (nl ? 1 : 0));
+  free(buf);
+}
+
 static void test_echo_server(const char *prog) {
-  server s = start(prog, 4);
+  server s = start(prog, 5);
   char peer[64], line[128];
 
   /* Lines split across sends, two in one send. */
@@ -208,6 +237,24 @@ static void test_echo_server(const char *prog) {
   CHECK_EQ(shutdown(fd, SHUT_WR), 0);
   recv_exact(fd, "GOT:partial");
   char c;
+  CHECK_EQ(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  expect_line(&s, "Client closed");
+
+  /* The limit, 65,536 bytes with the '\n': the longest line is answered,
+   * one byte more is skipped, and a last line without '\n' of 65,536
+   * bytes is answered too, as the seed answers it. */
+  fd = dial(&s, peer, sizeof peer);
+  snprintf(line, sizeof line, "Got connection from %s", peer);
+  expect_line(&s, line);
+  send_run(fd, 'a', 65535, 1);
+  recv_got_run(fd, 'a', 65535, 1);
+  send_run(fd, 'b', 65536, 1);
+  send_all(fd, "ok\n", 3);
+  recv_exact(fd, "GOT:ok\n");
+  send_run(fd, 'c', 65536, 0);
+  CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+  recv_got_run(fd, 'c', 65536, 0);
   CHECK_EQ(recv(fd, &c, 1, 0), 0);
   close(fd);
   expect_line(&s, "Client closed");
