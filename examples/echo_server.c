@@ -17,10 +17,10 @@
  *
  * (on standard error, one line says where it listens, which tells the
  * port when --port 0 lets the system choose). One departure from the
- * seed, on purpose: a line longer than 64 KiB is skipped, not echoed
- * (readline reports it, -EMSGSIZE, and the stream goes on), so that a
- * peer sending one endless line cannot make the server hold more memory;
- * the seed would buffer all of it.
+ * seed, on purpose: a line longer than 64 KiB (with its '\n') is skipped,
+ * not echoed (readline reports it, -EMSGSIZE, and the stream goes on), so
+ * that a peer sending one endless line cannot make the server hold more
+ * memory; the seed would buffer all of it.
  *
  * Shutting down: on SIGINT or SIGTERM it stops accepting (the listener is
  * closed: new connections are refused), says so on standard error, lets
