@@ -25,7 +25,7 @@ typedef struct weft__chunk {
   struct weft__chunk *next; /* the class's chunks, newest first */
   char *base;               /* the mapping */
   size_t slots;             /* slots in it */
-  size_t used;              /* slots opened since it was mapped or emptied */
+  size_t used;              /* slots opened since mapped or pages given back */
   size_t guarded;           /* slots whose guard is in place */
   size_t out;               /* slots acquired and not released */
   weft__free_fn free_fn;    /* frees this record (alloc.h) */
@@ -256,17 +256,19 @@ weft__stack *weft__stack_acquire(size_t size) {
   return s;
 }
 
-/* Every slot of k is free and there are warm stacks to spare: give all of
- * k's pages back at once and let its slots be handed out as fresh ones. */
-static void empty_chunk(weft__stack_class *c, chunk *k) {
-  for (size_t i = 0; i < k->used; i++) {
+/* Every slot of k is free and the pool holds more than WEFT__STACK_WARM_MAX
+ * warm stacks: give back the pages of k's slots from `keep` on, all at once,
+ * and let those slots be handed out as fresh ones. The first `keep` stay
+ * warm (k->out is 0, so every slot it opened is in the warm list). */
+static void give_back(weft__stack_class *c, chunk *k, size_t keep) {
+  for (size_t i = keep; i < k->used; i++) {
     char *top = k->base + (i + 1) * c->size;
     weft__stack *s = (weft__stack *)(top - WEFT__STACK_HEADER);
     warm_unlink(c, s);
     close_slot(s);
   }
-  madvise(k->base, k->slots * c->size, MADV_DONTNEED);
-  k->used = 0;
+  madvise(k->base + keep * c->size, (k->used - keep) * c->size, MADV_DONTNEED);
+  k->used = keep;
 }
 
 void weft__stack_release_abandoned(weft__stack *s) {
@@ -284,8 +286,14 @@ void weft__stack_release(weft__stack *s) {
   chunk *k = s->chunk;
   c->out--;
   warm_push(c, s);
-  if (--k->out == 0 && c->nwarm > WEFT__STACK_WARM_MAX + k->used)
-    empty_chunk(c, k);
+  if (--k->out == 0 && c->nwarm > WEFT__STACK_WARM_MAX) {
+    /* Keep what the other chunks' warm stacks leave of the limit: a chunk
+     * that empties last must not keep all of its (up to 1 GiB of) pages. */
+    size_t others = c->nwarm - k->used;
+    give_back(c, k,
+              others >= WEFT__STACK_WARM_MAX ? 0
+                                             : WEFT__STACK_WARM_MAX - others);
+  }
 }
 
 int weft__stack_trim(void) {

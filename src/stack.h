@@ -21,10 +21,11 @@
  *
  * Freed stacks go to a per-thread, per-size pool: the last freed is the
  * first reused (its pages are warm). When every slot of a chunk is free and
- * the pool holds more than WEFT__STACK_WARM_MAX warm stacks, the whole chunk
- * gives its pages back to the kernel in one MADV_DONTNEED (guards survive
- * it) and its slots are reused later as fresh ones. One call per chunk, not
- * per stack: here a single MADV_DONTNEED costs about 29 µs.
+ * the pool holds more than WEFT__STACK_WARM_MAX warm stacks, the chunk gives
+ * the pages of enough of its slots back to the kernel, in one MADV_DONTNEED
+ * (guards survive it), to leave WEFT__STACK_WARM_MAX warm, and those slots
+ * are reused later as fresh ones. One call per chunk, not per stack: here a
+ * single MADV_DONTNEED costs about 29 µs.
  * Stacks are acquired and released on one thread.
  */
 #ifndef WEFT_STACK_H
@@ -36,7 +37,8 @@
 
 /* Bytes at the top of each slot for the descriptor. */
 #define WEFT__STACK_HEADER 128
-/* Warm stacks kept per size before pages are given back. */
+/* Warm stacks kept per size when a chunk empties; the rest give back their
+ * pages. */
 #define WEFT__STACK_WARM_MAX 256
 /* Stack size when none is given. */
 #define WEFT__STACK_DEFAULT (256 * 1024)
