@@ -47,20 +47,30 @@ struct weft_gen {
   void **received;                 /* where the pending yield wants it */
   weft_gen *parent;                /* the generator running before it */
   uint64_t id;                     /* for the overflow message */
-  /* The thread it belongs to, as the address of that thread's
-   * weft__gen_running (one instruction to compare, where pthread_self is
-   * a call): any other thread is refused. */
-  weft_gen *const *home;
+  /* The thread it belongs to, as that thread's token (one load to
+   * compare, where pthread_self is a call): any other thread is refused.
+   * Not the address of a thread-local: a thread created after the owner
+   * exited gets the same thread-local block, and passed for the owner. */
+  uint64_t home;
   uint32_t scopes; /* entered by its body and not left (scope.c) */
   uint8_t state;   /* GEN_* */
 };
 
 uint32_t *weft__gen_scopes(weft_gen *g) { return &g->scopes; }
 
-/* Not g's thread: refused, as misuse is (weft.h), changing nothing. */
-static inline int foreign(const weft_gen *g) {
-  return g->home != &weft__gen_running;
+/* A number for each thread that makes a generator, never reused (0: the
+ * thread has made none). */
+static uint64_t token_counter;
+static WEFT__TLS uint64_t thread_token;
+
+static uint64_t my_token(void) {
+  if (!thread_token)
+    thread_token = __atomic_add_fetch(&token_counter, 1, __ATOMIC_RELAXED);
+  return thread_token;
 }
+
+/* Not g's thread: refused, as misuse is (weft.h), changing nothing. */
+static inline int foreign(const weft_gen *g) { return g->home != thread_token; }
 
 WEFT__TLS weft_gen *weft__gen_running;
 
@@ -121,7 +131,7 @@ weft_gen *weft_gen_new(void *(*fn)(weft_gen *, void *), void *arg,
   }
   g->fn = fn;
   g->arg = arg;
-  g->home = &weft__gen_running;
+  g->home = my_token();
   g->id = weft__next_id();
   g->stack->region.owner_id = g->id;
   g->stack->region.is_gen = 1;

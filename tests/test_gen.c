@@ -882,6 +882,41 @@ static void test_other_thread(void) {
   CHECK_EQ(weft_gen_free(g), 0);
 }
 
+/* The same once the owner has exited: a thread made after it gets the
+ * owner's thread-local block, at the same address, and once passed for the
+ * owner (send ran the generator on it, free freed it). The generators are
+ * left suspended, nobody may free them now: in a child, kept reachable. */
+#define ORPHANS 3
+static weft_gen *orphans[ORPHANS];
+static void *makes_orphan(void *slot) {
+  weft_gen **g = slot;
+  *g = weft_gen_new(counts, NULL, 0);
+  void *out = NULL;
+  intptr_t ok = *g && weft_gen_send(*g, NULL, &out) == 1;
+  return (void *)ok;
+}
+
+static void orphan_rounds(void *unused) {
+  (void)unused;
+  for (int i = 0; i < ORPHANS; i++) {
+    pthread_t th;
+    void *ok = NULL, *all_refused = NULL;
+    CHECK_EQ(pthread_create(&th, NULL, makes_orphan, &orphans[i]), 0);
+    CHECK_EQ(pthread_join(th, &ok), 0);
+    CHECK_PTR_EQ(ok, P(1));
+    CHECK_EQ(pthread_create(&th, NULL, other_thread, orphans[i]), 0);
+    CHECK_EQ(pthread_join(th, &all_refused), 0);
+    CHECK_PTR_EQ(all_refused, P(1));
+    CHECK(!weft_gen_done(orphans[i]));
+  }
+}
+
+static void test_owner_exited(void) {
+  static check_child res;
+  check_child_run(orphan_rounds, NULL, &res, 60);
+  CHECK_EXITED(res, 0);
+}
+
 static void test_dropped(void) {
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
@@ -921,6 +956,7 @@ int main(void) {
   test_nested_in_tasks();
   test_dropped();
   test_other_thread();
+  test_owner_exited();
   printf("ok\n");
   return 0;
 }
