@@ -230,6 +230,9 @@ int weft_go(void *(*fn)(void *), void *arg);
  * stays valid: another task may join it). */
 int weft_join(weft_task *t, void **result);
 
+/* Handles of a loop's tasks, stale or not, must not be used after
+ * weft_loop_free: the records they point at are the loop's memory. */
+
 /* Gives up the handle: the task's record is recycled when it finishes.
  * Returns 0, or -EINVAL if t is NULL, already joined or detached, being
  * joined by another task now, or the caller is on another thread. */
