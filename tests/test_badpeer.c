@@ -154,31 +154,49 @@ static void *good_client(void *arg) {
   (void)arg;
   weft_stream *s = weft_stream_new(dial(), 0);
   CHECK(s);
-  int64_t worst = 0;
+  /* Each answer's wait, in wall time and in this process's CPU time: the
+   * CPU time is what the other tasks took meanwhile, and does not count
+   * the time a loaded machine (or qemu-user's slower code) kept the
+   * process off the CPU. */
+  int64_t worst = 0, worst_cpu = 0;
   for (int i = 0; i < 20; i++) {
     char q[32], want[40], got[64];
     snprintf(q, sizeof q, "ping %d\n", i);
     snprintf(want, sizeof want, "GOT:%s", q);
-    int64_t t0 = weft_now();
+    int64_t t0 = weft_now(), c0 = check_cpu_ns();
     CHECK_EQ(weft_stream_write(s, q, strlen(q)), (ssize_t)strlen(q));
     CHECK_EQ(weft_stream_flush(s), 0);
     CHECK_EQ(weft_stream_readline(s, got, sizeof got), (ssize_t)strlen(want));
     CHECK_STR_EQ(got, want);
-    int64_t dt = weft_now() - t0;
+    int64_t dt = weft_now() - t0, dc = check_cpu_ns() - c0;
     if (dt > worst)
       worst = dt;
+    if (dc > worst_cpu)
+      worst_cpu = dc;
     CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
   }
-  printf("good client: slowest answer %.3f ms\n", worst / 1e6);
+  printf("good client: slowest answer %.3f ms (%.3f ms CPU)\n", worst / 1e6,
+         worst_cpu / 1e6);
   /* Without the I/O budget (io.c) the deaf peer's task ran alone for
    * 80-240 ms at a time here on epoll and poll; with it, 2-4 ms. (A bound
    * of 100 ms let poll pass without the budget once.) On io_uring every
    * call is a request that parks, so the task gives way at each one, and
    * the answer takes about 0.1 ms: the bound holds there without the
-   * budget. */
+   * budget.
+   *
+   * The bound is on the CPU time: the wall time also counts the time the
+   * process waited for a CPU. On a loaded 2-core machine under qemu-user
+   * the answer took 79.6 ms (epoll) and 54.5 ms (poll) of wall time
+   * against this bound; in a dozen runs under the same load it took 30-70
+   * ms of wall time but 3.4-7.5 ms of CPU time (native, loaded: up to 33
+   * ms of wall time, 3 ms of CPU). Without the budget the CPU time is
+   * 100-200 ms, still far over it. The wall time has a loose bound of its
+   * own: an answer held back by a timer or a missed wake-up costs no
+   * CPU. */
   int64_t bound = RUNNING_ON_VALGRIND || CHECK_ASAN || CHECK_TSAN ? WEFT_SEC(2)
                                                                   : WEFT_MS(40);
-  CHECK_LT(worst, bound);
+  CHECK_LT(worst_cpu, bound);
+  CHECK_LT(worst, WEFT_SEC(5));
   CHECK_EQ(weft_stream_close(s), 0);
   return NULL;
 }
