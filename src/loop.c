@@ -502,6 +502,14 @@ void weft__quit_fd_read(weft_loop *loop) {
 /* The turns of the loop, until nothing is left (0), it is stopped (1) or
  * the backend fails (its negative errno). Not inlined into weft_loop_run,
  * whose set-up is cold, so that it goes with the hot code. */
+/* The stack pool keeps a recent burst's stacks warm and gives their pages
+ * back once its windows have passed (stack.h): the loop looks at it at each
+ * poll, and wakes for it rather than sleep past it. */
+static __attribute__((noinline)) int64_t stack_tidy(int64_t timeout) {
+  int64_t again = weft__stack_tidy(weft__real_now());
+  return again >= 0 && (timeout < 0 || timeout > again) ? again : timeout;
+}
+
 static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
   int rc = 0;
   for (;;) {
@@ -573,6 +581,8 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
       continue;
     }
     loop->busy_turns = 0;
+    if (__builtin_expect(weft__stack_tidy_wanted, 0))
+      timeout = stack_tidy(timeout);
     timeout = ts_arm(loop, timeout);
     if ((rc = loop->backend->poll(loop, timeout)) < 0)
       break;

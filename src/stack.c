@@ -40,8 +40,13 @@ struct weft__stack_class {
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
   size_t nwarm;
   size_t out;            /* stacks of this class in use */
+  size_t peak;           /* the most out at once in this window */
+  size_t prev_peak;      /* ... and in the window before */
+  int64_t window_end;    /* when this window ends (weft__stack_tidy's clock) */
   weft__free_fn free_fn; /* frees this record (alloc.h) */
 };
+
+WEFT__TLS int weft__stack_tidy_wanted;
 
 static WEFT__TLS weft__stack_class *classes;
 static size_t page_size;
@@ -252,7 +257,8 @@ weft__stack *weft__stack_acquire(size_t size) {
     s = open_slot(c, k, slot);
   }
   s->chunk->out++;
-  c->out++;
+  if (++c->out > c->peak)
+    c->peak = c->out;
   return s;
 }
 
@@ -281,19 +287,70 @@ void weft__stack_release_abandoned(weft__stack *s) {
   weft__stack_release(s);
 }
 
+/* The warm stacks c may keep: enough to go back to the most that were out
+ * at once lately (this window and the last), and at least
+ * WEFT__STACK_WARM_MAX. */
+static size_t warm_allowed(const weft__stack_class *c) {
+  size_t peak = c->peak > c->prev_peak ? c->peak : c->prev_peak;
+  size_t room = peak - c->out; /* the peaks count c->out: never below it */
+  return room > WEFT__STACK_WARM_MAX ? room : WEFT__STACK_WARM_MAX;
+}
+
+/* Whether c has more warm stacks than it may keep in a chunk that could
+ * give them back (every slot free). */
+static int trimmable(const weft__stack_class *c) {
+  if (c->nwarm <= WEFT__STACK_WARM_MAX)
+    return 0;
+  for (chunk *k = c->chunks; k; k = k->next)
+    if (k->out == 0 && k->used)
+      return 1;
+  return 0;
+}
+
+/* Gives back the pages of c's warm stacks beyond what it may keep, from
+ * chunks with every slot free, newest (largest) first: one MADV_DONTNEED
+ * per chunk. */
+static void trim(weft__stack_class *c) {
+  size_t allowed = warm_allowed(c);
+  for (chunk *k = c->chunks; k && c->nwarm > allowed; k = k->next)
+    if (k->out == 0 && k->used) {
+      size_t excess = c->nwarm - allowed;
+      give_back(c, k, k->used > excess ? k->used - excess : 0);
+    }
+}
+
+/* A chunk emptied with more than WEFT__STACK_WARM_MAX stacks warm. */
+static __attribute__((noinline)) void release_excess(weft__stack_class *c) {
+  trim(c);
+  if (trimmable(c))
+    weft__stack_tidy_wanted = 1; /* kept for a burst like the last one */
+}
+
 void weft__stack_release(weft__stack *s) {
   weft__stack_class *c = s->cls;
   chunk *k = s->chunk;
   c->out--;
   warm_push(c, s);
-  if (--k->out == 0 && c->nwarm > WEFT__STACK_WARM_MAX) {
-    /* Keep what the other chunks' warm stacks leave of the limit: a chunk
-     * that empties last must not keep all of its (up to 1 GiB of) pages. */
-    size_t others = c->nwarm - k->used;
-    give_back(c, k,
-              others >= WEFT__STACK_WARM_MAX ? 0
-                                             : WEFT__STACK_WARM_MAX - others);
+  if (--k->out == 0 && c->nwarm > WEFT__STACK_WARM_MAX)
+    release_excess(c);
+}
+
+int64_t weft__stack_tidy(int64_t now) {
+  int64_t next = -1;
+  for (weft__stack_class *c = classes; c; c = c->next) {
+    if (!trimmable(c))
+      continue;
+    if (now >= c->window_end) {
+      c->prev_peak = c->peak;
+      c->peak = c->out;
+      c->window_end = now + WEFT__STACK_WINDOW;
+    }
+    trim(c);
+    if (trimmable(c) && (next < 0 || c->window_end - now < next))
+      next = c->window_end - now;
   }
+  weft__stack_tidy_wanted = next >= 0;
+  return next;
 }
 
 int weft__stack_trim(void) {
@@ -313,6 +370,7 @@ int weft__stack_trim(void) {
     }
     c->free_fn(c);
   }
+  weft__stack_tidy_wanted = 0;
   return 1;
 }
 

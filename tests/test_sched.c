@@ -19,7 +19,8 @@
  *  - weft_dump: names, states, what they wait on, stack sizes;
  *  - names, ids, stack sizes (weft_task_opts, weft_config);
  *  - errno belongs to the task across switches;
- *  - a million spawn/join cycles in constant memory;
+ *  - a million spawn/join cycles in constant memory; a burst's stacks
+ *    given back once the loop has waited two windows;
  *  - weft_strerror / weft_err_name, weft_version, weft_now.
  */
 #include "ctx.h"
@@ -1299,6 +1300,48 @@ static int alive_main(void *arg) {
 
 static void test_alive(void) { CHECK_EQ(weft_main(alive_main, NULL), 0); }
 
+/* ---- a burst's stacks, given back while the loop waits ----------------
+ * 1,000 tasks each touch 32 KiB of stack and end. The pool keeps their
+ * pages for a burst like it (src/stack.h), and the loop, waiting on a timer
+ * 2 s away, wakes after a window to let it give all but 256 of them back:
+ * a program that goes quiet after a burst does not keep its memory. */
+#define BURST       1000
+#define BURST_DEPTH (32 * 1024)
+
+static void *deep_task(void *arg) {
+  volatile char frame[BURST_DEPTH];
+  for (size_t i = 0; i < sizeof frame; i += 1024)
+    frame[i] = 1;
+  return arg;
+}
+
+static int burst_main(void *arg) {
+  (void)arg;
+  static weft_task *t[BURST];
+  size_t rss0 = check_rss();
+  for (int i = 0; i < BURST; i++)
+    CHECK((t[i] = weft_spawn(deep_task, NULL)) != NULL);
+  for (int i = 0; i < BURST; i++)
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+  size_t rss1 = check_rss();
+  CHECK_GT(rss1, rss0 + BURST * (BURST_DEPTH / 2)); /* kept, for now */
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_sleep(WEFT_SEC(2)), 0);
+  size_t rss2 = check_rss();
+  printf("burst of %d tasks: %zu KiB resident after, %zu KiB 2 s later "
+         "(slept %.0f ms)\n",
+         BURST, (rss1 - rss0) / 1024, (rss2 > rss0 ? rss2 - rss0 : 0) / 1024,
+         (double)(weft_now() - t0) / 1e6);
+  CHECK_LT(rss2, rss1 - (BURST - 300) * (BURST_DEPTH / 2));
+  return 0;
+}
+
+static void test_burst_given_back(void) {
+  if (RUNNING_ON_VALGRIND || CHECK_ASAN || CHECK_TSAN)
+    return; /* their shadow memory moves the resident size */
+  CHECK_EQ(weft_main(burst_main, NULL), 0);
+}
+
 /* ---- errors, version, time ------------------------------------------- */
 static void test_errors(void) {
   static const struct {
@@ -1525,6 +1568,7 @@ int main(void) {
   test_config_sizes();
   test_errno();
   test_alive();
+  test_burst_given_back();
   test_errors();
   test_version();
   test_time();
