@@ -26,9 +26,17 @@ static int wait_in(weft_task *t, void **head, void **tail, int kind,
 static int wake_first(void **head) { return weft__wake_first(head, 0) != 0; }
 
 /* ---- mutex ------------------------------------------------------------
- * The owner is the task's handle, not its record: a task that ends holding
- * the mutex leaves it held (as a thread would), and a later task on the
- * recycled record, whose handle differs, does not find itself the owner. */
+ * The owner is recorded by the task's id (unique in the process, never
+ * reused), not by its record or its handle: a task that ends holding the
+ * mutex leaves it held (as a thread would), and no later task finds itself
+ * the owner: not one on the recycled record, and not one of a later loop
+ * whose record has the address and generation of a task that was dropped
+ * holding the mutex when its loop was freed (a handle would be equal). */
+static weft_task *owner_token(const weft_task *t) {
+  uintptr_t k = (uintptr_t)t->id; /* (ids from 1; 0 only if truncated) */
+  return (weft_task *)(k ? k : 1);
+}
+
 void weft_mutex_init(weft_mutex *m) {
   if (m)
     *m = (weft_mutex)WEFT_MUTEX_INIT;
@@ -41,7 +49,7 @@ int weft_mutex_lock(weft_mutex *m) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  weft_task *self = weft_self();
+  weft_task *self = owner_token(t);
   if (!m->priv_owner) {
     m->priv_owner = self;
     return 0;
@@ -58,14 +66,14 @@ int weft_mutex_trylock(weft_mutex *m) {
     return -EINVAL;
   if (m->priv_owner)
     return -EBUSY;
-  m->priv_owner = weft_self();
+  m->priv_owner = owner_token(t);
   return 0;
 }
 
 /* Hands m to its first waiter, or frees it. */
 static void release(weft_mutex *m) {
   weft__queued *w = m->priv_head;
-  m->priv_owner = w ? weft__task_handle(w->task) : NULL;
+  m->priv_owner = w ? owner_token(w->task) : NULL;
   if (w)
     wake_first(&m->priv_head);
 }
@@ -74,7 +82,7 @@ int weft_mutex_unlock(weft_mutex *m) {
   weft_task *t = weft__running_task();
   if (!m || !t)
     return -EINVAL;
-  if (m->priv_owner != weft_self())
+  if (m->priv_owner != owner_token(t))
     return -EPERM;
   release(m);
   return 0;
@@ -90,7 +98,7 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
   weft_task *t = weft__running_task();
   if (!c || !m || !t)
     return -EINVAL;
-  if (m->priv_owner != weft_self())
+  if (m->priv_owner != owner_token(t))
     return -EPERM;
   int rc = weft__checkpoint();
   if (rc < 0)

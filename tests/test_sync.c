@@ -15,8 +15,9 @@
  *    mutex held, and one cut short by a cancellation or a deadline returns
  *    -ECANCELED / -ETIMEDOUT with the mutex held too (taken back only once
  *    its holder lets go); one cancelled before it waits never lets the
- *    mutex go (a task queued on it does not get it in between); -EPERM when waiting without holding the mutex;
- *    a cancelled waiter leaves the queue, a later signal goes to the next;
+ *    mutex go (a task queued on it does not get it in between); -EPERM when
+ * waiting without holding the mutex; a cancelled waiter leaves the queue, a
+ * later signal goes to the next;
  *  - sem: counting, trywait -EAGAIN, FIFO hand-off on post (a trywait right
  *    after the post finds nothing: the unit went to the waiter), value,
  *    cancellation and deadlines (no unit taken), -EOVERFLOW at SIZE_MAX;
@@ -24,6 +25,8 @@
  *    wait on a set event returns 0 at once, but is still a cancellation
  *    point; clear; cancellation; deadline;
  *  - WEFT_MUTEX_INIT, WEFT_COND_INIT, WEFT_EVENT_INIT work without _init;
+ *  - a task dropped holding a mutex (its loop freed) leaves it held, and
+ *    the next loop's task on the same handle is not taken for its owner;
  *  - misuse: NULL, outside a task.
  *
  * Each case runs in a subtest of its own on a fresh loop, which must end at
@@ -37,6 +40,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -910,6 +914,89 @@ static void test_ended_owner(void) {
   weft_loop_free(loop);
 }
 
+/* The same across loops: a task dropped holding a mutex when its loop is
+ * freed leaves it held, and a task of the next loop on the thread is not
+ * taken for its owner, not even the one whose record, at the same address
+ * with the same generation, has the same handle (it once was: its unlock
+ * returned 0, its lock -EDEADLK). An allocator that gives a freed block
+ * back to the next request of its size, as glibc's often does, makes the
+ * second loop's record the first one's. */
+typedef struct reuse_blk {
+  size_t size;
+  struct reuse_blk *next; /* while free */
+  max_align_t data[];
+} reuse_blk;
+static reuse_blk *reuse_free;
+static void *reuse_malloc(size_t n) {
+  for (reuse_blk **p = &reuse_free; *p; p = &(*p)->next)
+    if ((*p)->size == n) {
+      reuse_blk *b = *p;
+      *p = b->next;
+      return b->data;
+    }
+  reuse_blk *b = malloc(sizeof *b + n);
+  if (!b)
+    return NULL;
+  b->size = n;
+  return b->data;
+}
+static void reuse_free_fn(void *q) {
+  if (!q)
+    return;
+  reuse_blk *b = (reuse_blk *)((char *)q - offsetof(reuse_blk, data));
+  b->next = reuse_free;
+  reuse_free = b;
+}
+static void *reuse_realloc(void *q, size_t n) {
+  void *r = reuse_malloc(n);
+  if (r && q) {
+    reuse_blk *b = (reuse_blk *)((char *)q - offsetof(reuse_blk, data));
+    memcpy(r, q, b->size < n ? b->size : n);
+    reuse_free_fn(q);
+  }
+  return r;
+}
+
+static weft_mutex dropped_m = WEFT_MUTEX_INIT;
+static weft_task *dropped_h[2];
+static void *locks_and_is_dropped(void *loop) {
+  dropped_h[0] = weft_self();
+  CHECK_EQ(weft_mutex_lock(&dropped_m), 0);
+  weft_loop_stop(loop);
+  CHECK_EQ(weft_yield(), 0); /* dropped here, m held */
+  CHECK(0);
+  return NULL;
+}
+static void *next_loops_task(void *arg) {
+  (void)arg;
+  dropped_h[1] = weft_self();
+  CHECK_EQ(weft_mutex_unlock(&dropped_m), -EPERM);
+  CHECK_EQ(weft_mutex_trylock(&dropped_m), -EBUSY);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(1));
+  CHECK_EQ(weft_mutex_lock(&dropped_m), -ETIMEDOUT); /* waits: not -EDEADLK */
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  return NULL;
+}
+
+static void test_dropped_owner(void) {
+  /* (A subtest's own process, with no weft object alive.) */
+  CHECK_EQ(weft_replace_allocator(reuse_malloc, reuse_realloc, reuse_free_fn),
+           0);
+  weft_config cfg = {.virtual_clock = true};
+  weft_loop *loop = weft_loop_new(&cfg);
+  CHECK(loop);
+  CHECK_EQ(weft_go(locks_and_is_dropped, loop), 0);
+  CHECK_EQ(weft_loop_run(loop), 1);
+  weft_loop_free(loop);
+  loop = weft_loop_new(&cfg);
+  CHECK(loop);
+  CHECK_EQ(weft_go(next_loops_task, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  weft_loop_free(loop);
+  CHECK(dropped_h[0] == dropped_h[1]); /* the case this is about arose */
+}
+
 /* A deadlock while a cond wait locks its mutex again: B holds m through
  * two shielded waits nobody will end; A waits on the condition. The first
  * deadlock cancels A's wait (A then waits for m) and B's first wait; the
@@ -1046,6 +1133,7 @@ int main(void) {
   CHECK_SUBTEST(test_outside_task);
   CHECK_SUBTEST(test_cond_deadlock);
   CHECK_SUBTEST(test_ended_owner);
+  CHECK_SUBTEST(test_dropped_owner);
   CHECK_SUBTEST(test_loop_freed);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {
