@@ -830,10 +830,11 @@ int weft_select(weft_select_case *cases, size_t n, int flags);
  * in the order they came.
  */
 typedef struct weft_mutex {
-  weft_task *priv_owner;
+  uint64_t priv_owner; /* the owner's task id; 0: unlocked */
   void *priv_head, *priv_tail;
 } weft_mutex;
-#define WEFT_MUTEX_INIT {NULL, NULL, NULL}
+#define WEFT_MUTEX_INIT                                                        \
+  { 0, NULL, NULL }
 
 void weft_mutex_init(weft_mutex *m);
 

@@ -428,7 +428,6 @@ void weft__cancel_recheck(weft_task *t);
 /* The record behind a task handle, NULL if stale; cancelling a record
  * (task.c). */
 weft_task *weft__task_record(const weft_task *h);
-weft_task *weft__task_handle(weft_task *t); /* the other way */
 void weft__task_cancel(weft_task *t);
 
 /* Wakes parked t with rc after undoing its wait (task.c). */

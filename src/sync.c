@@ -32,10 +32,6 @@ static int wake_first(void **head) { return weft__wake_first(head, 0) != 0; }
  * the owner: not one on the recycled record, and not one of a later loop
  * whose record has the address and generation of a task that was dropped
  * holding the mutex when its loop was freed (a handle would be equal). */
-static weft_task *owner_token(const weft_task *t) {
-  uintptr_t k = (uintptr_t)t->id; /* (ids from 1; 0 only if truncated) */
-  return (weft_task *)(k ? k : 1);
-}
 
 void weft_mutex_init(weft_mutex *m) {
   if (m)
@@ -49,7 +45,7 @@ int weft_mutex_lock(weft_mutex *m) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  weft_task *self = owner_token(t);
+  uint64_t self = t->id;
   if (!m->priv_owner) {
     m->priv_owner = self;
     return 0;
@@ -66,14 +62,14 @@ int weft_mutex_trylock(weft_mutex *m) {
     return -EINVAL;
   if (m->priv_owner)
     return -EBUSY;
-  m->priv_owner = owner_token(t);
+  m->priv_owner = t->id;
   return 0;
 }
 
 /* Hands m to its first waiter, or frees it. */
 static void release(weft_mutex *m) {
   weft__queued *w = m->priv_head;
-  m->priv_owner = w ? owner_token(w->task) : NULL;
+  m->priv_owner = w ? w->task->id : 0;
   if (w)
     wake_first(&m->priv_head);
 }
@@ -82,7 +78,7 @@ int weft_mutex_unlock(weft_mutex *m) {
   weft_task *t = weft__running_task();
   if (!m || !t)
     return -EINVAL;
-  if (m->priv_owner != owner_token(t))
+  if (m->priv_owner != t->id)
     return -EPERM;
   release(m);
   return 0;
@@ -98,7 +94,7 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
   weft_task *t = weft__running_task();
   if (!c || !m || !t)
     return -EINVAL;
-  if (m->priv_owner != owner_token(t))
+  if (m->priv_owner != t->id)
     return -EPERM;
   int rc = weft__checkpoint();
   if (rc < 0)

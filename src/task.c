@@ -693,7 +693,6 @@ WEFT__HOT int weft_yield(void) {
 }
 
 weft_task *weft__task_record(const weft_task *h) { return record_of(h); }
-weft_task *weft__task_handle(weft_task *t) { return handle_of(t); }
 
 void weft__task_cancel(weft_task *t) {
   t->flags |= TASK_CANCELLED;
