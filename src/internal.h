@@ -343,6 +343,9 @@ void weft__run_ready(weft_loop *loop);
 /* While tasks are ready, the loop looks at I/O (a poll that does not
  * block) once in this many turns; a turn runs at most WEFT__BATCH tasks. */
 #define WEFT__BUSY_POLL 4
+/* Busy turns with no waiter to poll between looks at the stack pool's
+ * windows (weft__stack_tidy), while it keeps a burst's stacks warm. */
+#define WEFT__STACK_TIDY_TURNS 64
 
 /* Task switches in one turn of the loop before it looks at timers and I/O. */
 #define WEFT__BATCH 64

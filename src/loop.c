@@ -545,8 +545,18 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
        * on; and only every WEFT__BUSY_POLL turns, or a loop whose tasks
        * wake each other would pay a system call per turn. (WEFT_DEBUG's
        * SIGQUIT fd counts as a waiter: the dump is for such a loop.) */
-      if ((loop->nwaiters == 0 && loop->quit_fd < 0) ||
-          ++loop->busy_turns < WEFT__BUSY_POLL)
+      if (loop->nwaiters == 0 && loop->quit_fd < 0) {
+        /* Nothing to poll, so the pool's windows would never pass while
+         * the tasks keep busy: tidy it every WEFT__STACK_TIDY_TURNS turns
+         * instead (a clock read), and only while it holds a burst. */
+        if (__builtin_expect(weft__stack_tidy_wanted, 0) &&
+            ++loop->busy_turns >= WEFT__STACK_TIDY_TURNS) {
+          loop->busy_turns = 0;
+          stack_tidy(-1);
+        }
+        continue;
+      }
+      if (++loop->busy_turns < WEFT__BUSY_POLL)
         continue;
       timeout = 0;
     } else if (loop->heap_len &&
