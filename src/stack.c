@@ -38,7 +38,10 @@ struct weft__stack_class {
   size_t nominal;          /* the size asked for, rounded to pages */
   chunk *chunks;           /* every mapping of this size */
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
+  weft__stack *warm_tail;  /* ... the least recently freed */
   size_t nwarm;
+  weft__stack *cold;     /* freed stacks in chunks still in use, their pages
+                            but the top one given back (chill) */
   size_t out;            /* stacks of this class in use */
   size_t peak;           /* the most out at once in this window */
   size_t prev_peak;      /* ... and in the window before */
@@ -220,18 +223,37 @@ static void warm_push(weft__stack_class *c, weft__stack *s) {
   s->next = c->warm;
   if (c->warm)
     c->warm->prev = s;
+  else
+    c->warm_tail = s;
   c->warm = s;
   c->nwarm++;
 }
 
-static void warm_unlink(weft__stack_class *c, weft__stack *s) {
+static void cold_push(weft__stack_class *c, weft__stack *s) {
+  s->prev = NULL;
+  s->next = c->cold;
+  if (c->cold)
+    c->cold->prev = s;
+  c->cold = s;
+  s->cold = 1;
+}
+
+/* Takes s off the pool's warm or cold list, whichever it is on. */
+static void pool_unlink(weft__stack_class *c, weft__stack *s) {
   if (s->prev)
     s->prev->next = s->next;
+  else if (s->cold)
+    c->cold = s->next;
   else
     c->warm = s->next;
   if (s->next)
     s->next->prev = s->prev;
-  c->nwarm--;
+  else if (!s->cold)
+    c->warm_tail = s->prev;
+  if (s->cold)
+    s->cold = 0;
+  else
+    c->nwarm--;
 }
 
 weft__stack *weft__stack_acquire(size_t size) {
@@ -243,9 +265,9 @@ weft__stack *weft__stack_acquire(size_t size) {
   weft__stack_class *c = class_for(nominal);
   if (!c)
     return NULL;
-  weft__stack *s = c->warm;
+  weft__stack *s = c->warm ? c->warm : c->cold;
   if (s) {
-    warm_unlink(c, s);
+    pool_unlink(c, s);
     s->region.owner_id = 0;
     s->region.owner_name = NULL;
     s->region.is_gen = 0;
@@ -270,7 +292,7 @@ static void give_back(weft__stack_class *c, chunk *k, size_t keep) {
   for (size_t i = keep; i < k->used; i++) {
     char *top = k->base + (i + 1) * c->size;
     weft__stack *s = (weft__stack *)(top - WEFT__STACK_HEADER);
-    warm_unlink(c, s);
+    pool_unlink(c, s);
     close_slot(s);
   }
   madvise(k->base + keep * c->size, (k->used - keep) * c->size, MADV_DONTNEED);
@@ -296,17 +318,6 @@ static size_t warm_allowed(const weft__stack_class *c) {
   return room > WEFT__STACK_WARM_MAX ? room : WEFT__STACK_WARM_MAX;
 }
 
-/* Whether c has more warm stacks than it may keep in a chunk that could
- * give them back (every slot free). */
-static int trimmable(const weft__stack_class *c) {
-  if (c->nwarm <= WEFT__STACK_WARM_MAX)
-    return 0;
-  for (chunk *k = c->chunks; k; k = k->next)
-    if (k->out == 0 && k->used)
-      return 1;
-  return 0;
-}
-
 /* Gives back the pages of c's warm stacks beyond what it may keep, from
  * chunks with every slot free, newest (largest) first: one MADV_DONTNEED
  * per chunk. */
@@ -319,10 +330,28 @@ static void trim(weft__stack_class *c) {
     }
 }
 
+/* Gives back the pages of up to `max` of c's least recently freed warm
+ * stacks beyond what it may keep, whichever chunk they are in (one in use
+ * cannot give all its pages back at once): one MADV_DONTNEED each, all but
+ * the top page, which holds the descriptor. They go to the cold list, and
+ * are handed out after the warm ones. Returns whether some are left. */
+static int chill(weft__stack_class *c, size_t max) {
+  size_t allowed = warm_allowed(c);
+  for (; c->nwarm > allowed && max; max--) {
+    weft__stack *s = c->warm_tail;
+    pool_unlink(c, s);
+    char *top_page = (char *)s + WEFT__STACK_HEADER - page();
+    char *lo = (char *)s->region.lo;
+    madvise(lo, (size_t)(top_page - lo), MADV_DONTNEED);
+    cold_push(c, s);
+  }
+  return c->nwarm > allowed;
+}
+
 /* A chunk emptied with more than WEFT__STACK_WARM_MAX stacks warm. */
 static __attribute__((noinline)) void release_excess(weft__stack_class *c) {
   trim(c);
-  if (trimmable(c))
+  if (c->nwarm > WEFT__STACK_WARM_MAX)
     weft__stack_tidy_wanted = 1; /* kept for a burst like the last one */
 }
 
@@ -338,7 +367,7 @@ void weft__stack_release(weft__stack *s) {
 int64_t weft__stack_tidy(int64_t now) {
   int64_t next = -1;
   for (weft__stack_class *c = classes; c; c = c->next) {
-    if (!trimmable(c))
+    if (c->nwarm <= WEFT__STACK_WARM_MAX)
       continue;
     if (now >= c->window_end) {
       c->prev_peak = c->peak;
@@ -346,8 +375,13 @@ int64_t weft__stack_tidy(int64_t now) {
       c->window_end = now + WEFT__STACK_WINDOW;
     }
     trim(c);
-    if (trimmable(c) && (next < 0 || c->window_end - now < next))
-      next = c->window_end - now;
+    int64_t wait = c->window_end - now;
+    if (chill(c, WEFT__STACK_CHILL_MAX))
+      wait = 0; /* more to chill: at the next poll */
+    else if (c->nwarm <= WEFT__STACK_WARM_MAX)
+      continue;
+    if (next < 0 || wait < next)
+      next = wait;
   }
   weft__stack_tidy_wanted = next >= 0;
   return next;
@@ -361,6 +395,8 @@ int weft__stack_trim(void) {
     weft__stack_class *c = classes;
     classes = c->next;
     for (weft__stack *s = c->warm; s; s = s->next)
+      close_slot(s);
+    for (weft__stack *s = c->cold; s; s = s->next)
       close_slot(s);
     while (c->chunks) {
       chunk *k = c->chunks;

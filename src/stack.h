@@ -46,6 +46,11 @@
 #define WEFT__STACK_WARM_MAX 256
 /* How long a burst's peak holds its stacks warm: one to two of these. */
 #define WEFT__STACK_WINDOW ((int64_t)1000000000)
+/* Stacks chilled (given back one by one) per weft__stack_tidy, at most:
+ * each is a MADV_DONTNEED of its own, 20-200 µs here for a stack with 2-9
+ * pages resident (a TLB flush each), so a look at the pool costs a few ms
+ * at most, and the next poll goes on. */
+#define WEFT__STACK_CHILL_MAX 32
 /* Stack size when none is given. */
 #define WEFT__STACK_DEFAULT (256 * 1024)
 
@@ -55,11 +60,12 @@ typedef struct weft__stack_class weft__stack_class;
 /* The descriptor, at the very top of its slot. */
 struct weft__stack {
   weft__region region; /* what the switch and the tools see */
-  weft__stack *next;   /* warm list links (while in the pool) */
+  weft__stack *next;   /* warm or cold list links (while in the pool) */
   weft__stack *prev;
   weft__stack_class *cls;    /* the pool of this size */
   struct weft__chunk *chunk; /* the mapping it is a slot of */
   unsigned vg_id;            /* Valgrind's stack id */
+  unsigned cold;             /* in the pool with its pages given back */
 };
 
 /* A stack of at least `size` bytes (0: the default), rounded up to pages.
