@@ -286,8 +286,9 @@ weft__stack *weft__stack_acquire(size_t size) {
 
 /* Every slot of k is free and the pool holds more than WEFT__STACK_WARM_MAX
  * warm stacks: give back the pages of k's slots from `keep` on, all at once,
- * and let those slots be handed out as fresh ones. The first `keep` stay
- * warm (k->out is 0, so every slot it opened is in the warm list). */
+ * and let those slots be handed out as fresh ones. The first `keep` stay in
+ * the pool (k->out is 0, so every slot it opened is on the warm or the
+ * cold list). */
 static void give_back(weft__stack_class *c, chunk *k, size_t keep) {
   for (size_t i = keep; i < k->used; i++) {
     char *top = k->base + (i + 1) * c->size;
@@ -348,20 +349,26 @@ static int chill(weft__stack_class *c, size_t max) {
   return c->nwarm > allowed;
 }
 
-/* A chunk emptied with more than WEFT__STACK_WARM_MAX stacks warm. */
-static __attribute__((noinline)) void release_excess(weft__stack_class *c) {
-  trim(c);
+/* A stack came back with more than WEFT__STACK_WARM_MAX warm: if its
+ * chunk emptied, what the windows do not keep goes at once; the rest is
+ * for weft__stack_tidy to look at as they pass (even when no chunk
+ * empties: a long-lived task in each keeps them all in use). */
+static __attribute__((noinline)) void release_excess(weft__stack_class *c,
+                                                     const chunk *k) {
+  if (k->out == 0)
+    trim(c);
   if (c->nwarm > WEFT__STACK_WARM_MAX)
-    weft__stack_tidy_wanted = 1; /* kept for a burst like the last one */
+    weft__stack_tidy_wanted = 1;
 }
 
 void weft__stack_release(weft__stack *s) {
   weft__stack_class *c = s->cls;
   chunk *k = s->chunk;
   c->out--;
+  k->out--;
   warm_push(c, s);
-  if (--k->out == 0 && c->nwarm > WEFT__STACK_WARM_MAX)
-    release_excess(c);
+  if (c->nwarm > WEFT__STACK_WARM_MAX)
+    release_excess(c, k);
 }
 
 int64_t weft__stack_tidy(int64_t now) {

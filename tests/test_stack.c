@@ -379,6 +379,29 @@ static void test_chunk_in_use(void) {
     weft__stack_release(v[i]);
   weft__stack_release(straggler);
   CHECK_EQ(weft__stack_trim(), 1);
+
+  /* A stack of every chunk stays out (every 16th; the chunks hold 16, 32,
+   * 64 ... slots), so no chunk ever empties: the rest still go. */
+  for (int i = 0; i < n; i++) {
+    v[i] = weft__stack_acquire(0);
+    CHECK(v[i] != NULL);
+    probe[i] = (char *)v[i]->region.lo + v[i]->region.size - 2 * pagesz;
+    *probe[i] = 1;
+  }
+  int kept = 0;
+  for (int i = 0; i < n; i++)
+    if (i % 16)
+      weft__stack_release(v[i]);
+    else
+      kept++;
+  windows_pass();
+  warm = count_resident(probe, n);
+  printf("one stack of every 16 out after a burst of %d: %d still warm\n", n,
+         warm);
+  CHECK_LE(warm, WEFT__STACK_WARM_MAX + kept);
+  for (int i = 0; i < n; i += 16)
+    weft__stack_release(v[i]);
+  CHECK_EQ(weft__stack_trim(), 1);
 }
 
 /* ---- a burst that recurs finds its stacks warm -----------------------
