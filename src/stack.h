@@ -29,8 +29,11 @@
  * in one MADV_DONTNEED (guards survive it), and their slots are reused
  * later as fresh ones. One call per chunk, not per stack: here a single
  * MADV_DONTNEED costs about 29 µs. That happens when a chunk empties, and
- * when the loop calls weft__stack_tidy once a window has passed.
- * Stacks are acquired and released on one thread.
+ * when the loop calls weft__stack_tidy once a window has passed. In a chunk
+ * that still has a stack out, weft__stack_tidy gives back the least
+ * recently freed stacks one by one instead (chill: all but the top page,
+ * which keeps the descriptor), and they wait on a cold list, handed out
+ * after the warm ones. Stacks are acquired and released on one thread.
  */
 #ifndef WEFT_STACK_H
 #define WEFT_STACK_H
