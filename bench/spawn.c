@@ -13,6 +13,13 @@
  *               there and one back per task, so the difference from
  *               spawn_join is what the ping-pong of switches costs.
  *
+ *   spawn_join_burst  ns per task when the main task spawns BURST (1,000)
+ *               tasks that each touch two pages of stack, then joins them
+ *               all, burst after burst: more than the 256 stacks the pool
+ *               keeps at least, so this is what keeping a recent burst's
+ *               stacks warm is for (docs/stacks.md; 14-22 µs a task when
+ *               each burst faulted its stacks in again).
+ *
  * The warm-up round fills the record slab and the stack pool, so the timed
  * rounds reuse warm stacks and touch no fresh page. Each figure is the
  * median of the timed rounds (see bench.h).
@@ -61,6 +68,38 @@ static double batch_round(long n) {
   return (double)(t1 - t0) / (double)(batches * BATCH);
 }
 
+#define BURST 1000
+
+/* Two pages of frame: the top one, which the descriptor shares, and one
+ * more. */
+static void *two_pages(void *arg) {
+  volatile char frame[6000];
+  frame[0] = 1;
+  frame[sizeof frame - 1] = 1;
+  return arg;
+}
+
+/* One round: n tasks in bursts of BURST; returns ns per task. */
+static double burst_round(long n) {
+  static weft_task *t[BURST];
+  long bursts = (n + BURST - 1) / BURST;
+  int64_t t0 = bench_now();
+  for (long b = 0; b < bursts; b++) {
+    for (int i = 0; i < BURST; i++)
+      if (!(t[i] = weft_spawn(two_pages, NULL))) {
+        perror("spawn: weft_spawn");
+        exit(1);
+      }
+    for (int i = 0; i < BURST; i++)
+      if (weft_join(t[i], NULL) != 0) {
+        perror("spawn: weft_join");
+        exit(1);
+      }
+  }
+  int64_t t1 = bench_now();
+  return (double)(t1 - t0) / (double)(bursts * BURST);
+}
+
 static int spawn_main(void *p) {
   const bench_opts *o = p;
   static bench_series s = {.name = "spawn_join"};
@@ -71,8 +110,13 @@ static int spawn_main(void *p) {
   batch_round(o->iters);
   for (int r = 0; r < o->rounds; r++)
     bench_add(&sb, o, batch_round(o->iters));
+  static bench_series sc = {.name = "spawn_join_burst"};
+  burst_round(o->iters / 10);
+  for (int r = 0; r < o->rounds; r++)
+    bench_add(&sc, o, burst_round(o->iters / 10));
   bench_report(&s, "ns");
   bench_report(&sb, "ns");
+  bench_report(&sc, "ns");
   return 0;
 }
 
