@@ -1324,30 +1324,41 @@ static void *late_task(void *arg) {
   return arg;
 }
 
-static int burst_main(void *arg) {
-  (void)arg;
+/* Runs the burst; returns the resident size after it, which still holds
+ * the burst's pages (rss0: before it). */
+static size_t run_burst(size_t rss0) {
   static weft_task *t[BURST];
-  size_t rss0 = check_rss();
   for (int i = 0; i < BURST; i++)
     CHECK((t[i] = weft_spawn(deep_task, NULL)) != NULL);
   for (int i = 0; i < BURST; i++)
     CHECK_EQ(weft_join(t[i], NULL), 0);
   size_t rss1 = check_rss();
   CHECK_GT(rss1, rss0 + BURST * (BURST_DEPTH / 2)); /* kept, for now */
+  return rss1;
+}
+
+/* What is left 2-2.5 s after the burst (rss2): 256 warm stacks of 33 KiB (and
+ * the late task's), about 9-12 MB here and under qemu; 19 MB when the late
+ * task's chunk kept its pages. */
+static void check_given_back(const char *how, size_t rss0, size_t rss1,
+                             size_t rss2) {
+  printf("burst of %d tasks, %s: %zu KiB resident after, %zu KiB 2-2.5 s "
+         "later\n",
+         BURST, how, (rss1 - rss0) / 1024,
+         (rss2 > rss0 ? rss2 - rss0 : 0) / 1024);
+  CHECK_LT(rss2, rss0 + 500 * BURST_DEPTH);
+}
+
+static int burst_main(void *arg) {
+  (void)arg;
+  size_t rss0 = check_rss(), rss1 = run_burst(rss0);
   weft_task *late = weft_spawn(late_task, NULL);
   CHECK(late != NULL);
-  int64_t t0 = weft_now();
   CHECK_EQ(weft_sleep(WEFT_SEC(2)), 0);
   size_t rss2 = check_rss();
   CHECK_EQ(weft_cancel(late), 0);
   CHECK_EQ(weft_join(late, NULL), 0);
-  printf("burst of %d tasks: %zu KiB resident after, %zu KiB 2 s later "
-         "(slept %.0f ms)\n",
-         BURST, (rss1 - rss0) / 1024, (rss2 > rss0 ? rss2 - rss0 : 0) / 1024,
-         (double)(weft_now() - t0) / 1e6);
-  /* 256 warm stacks of 33 KiB (and the late task's): about 9-12 MB here
-   * and under qemu; 19 MB when the late task's chunk kept its pages. */
-  CHECK_LT(rss2, rss0 + 500 * BURST_DEPTH);
+  check_given_back("then idle", rss0, rss1, rss2);
   return 0;
 }
 
@@ -1371,17 +1382,10 @@ static int64_t mono_ns(void) {
 
 static int burst_busy_main(void *arg) {
   (void)arg;
-  static weft_task *t[BURST];
   busy_stop = 0;
   weft_task *a = weft_spawn(busy_task, NULL), *b = weft_spawn(busy_task, NULL);
   CHECK(a != NULL && b != NULL);
-  size_t rss0 = check_rss();
-  for (int i = 0; i < BURST; i++)
-    CHECK((t[i] = weft_spawn(deep_task, NULL)) != NULL);
-  for (int i = 0; i < BURST; i++)
-    CHECK_EQ(weft_join(t[i], NULL), 0);
-  size_t rss1 = check_rss();
-  CHECK_GT(rss1, rss0 + BURST * (BURST_DEPTH / 2)); /* kept, for now */
+  size_t rss0 = check_rss(), rss1 = run_burst(rss0);
   int64_t t0 = mono_ns();
   while (mono_ns() - t0 < WEFT_SEC(2) + WEFT_SEC(1) / 2)
     CHECK_EQ(weft_yield(), 0);
@@ -1389,12 +1393,7 @@ static int burst_busy_main(void *arg) {
   busy_stop = 1;
   CHECK_EQ(weft_join(a, NULL), 0);
   CHECK_EQ(weft_join(b, NULL), 0);
-  printf("burst of %d tasks, then busy: %zu KiB resident after, %zu KiB "
-         "2.5 s later\n",
-         BURST, (rss1 - rss0) / 1024, (rss2 > rss0 ? rss2 - rss0 : 0) / 1024);
-  /* 256 warm stacks of 33 KiB (and the late task's): about 9-12 MB here
-   * and under qemu; 19 MB when the late task's chunk kept its pages. */
-  CHECK_LT(rss2, rss0 + 500 * BURST_DEPTH);
+  check_given_back("then busy", rss0, rss1, rss2);
   return 0;
 }
 
