@@ -44,30 +44,9 @@ static double spawn_round(long n) {
   return (double)(t1 - t0) / (double)n;
 }
 
-/* Fewer than the pool keeps warm (256 stacks), so no stack goes cold. */
+/* Fewer than the pool keeps warm at least (256 stacks). */
 #define BATCH 64
-
-/* One round: n tasks in batches; returns ns per task. */
-static double batch_round(long n) {
-  weft_task *t[BATCH];
-  long batches = (n + BATCH - 1) / BATCH;
-  int64_t t0 = bench_now();
-  for (long b = 0; b < batches; b++) {
-    for (int i = 0; i < BATCH; i++)
-      if (!(t[i] = weft_spawn(nothing, NULL))) {
-        perror("spawn: weft_spawn");
-        exit(1);
-      }
-    for (int i = 0; i < BATCH; i++)
-      if (weft_join(t[i], NULL) != 0) {
-        perror("spawn: weft_join");
-        exit(1);
-      }
-  }
-  int64_t t1 = bench_now();
-  return (double)(t1 - t0) / (double)(batches * BATCH);
-}
-
+/* More than that: the pool keeps them warm because such bursts recur. */
 #define BURST 1000
 
 /* Two pages of frame: the top one, which the descriptor shares, and one
@@ -79,25 +58,26 @@ static void *two_pages(void *arg) {
   return arg;
 }
 
-/* One round: n tasks in bursts of BURST; returns ns per task. */
-static double burst_round(long n) {
+/* One round: n tasks running fn, spawned `size` (at most BURST) at a time
+ * and then joined; returns ns per task. */
+static double batch_round(long n, int size, void *(*fn)(void *)) {
   static weft_task *t[BURST];
-  long bursts = (n + BURST - 1) / BURST;
+  long batches = (n + size - 1) / size;
   int64_t t0 = bench_now();
-  for (long b = 0; b < bursts; b++) {
-    for (int i = 0; i < BURST; i++)
-      if (!(t[i] = weft_spawn(two_pages, NULL))) {
+  for (long b = 0; b < batches; b++) {
+    for (int i = 0; i < size; i++)
+      if (!(t[i] = weft_spawn(fn, NULL))) {
         perror("spawn: weft_spawn");
         exit(1);
       }
-    for (int i = 0; i < BURST; i++)
+    for (int i = 0; i < size; i++)
       if (weft_join(t[i], NULL) != 0) {
         perror("spawn: weft_join");
         exit(1);
       }
   }
   int64_t t1 = bench_now();
-  return (double)(t1 - t0) / (double)(bursts * BURST);
+  return (double)(t1 - t0) / (double)(batches * size);
 }
 
 static int spawn_main(void *p) {
@@ -107,13 +87,13 @@ static int spawn_main(void *p) {
   spawn_round(o->iters); /* warm-up: the pools and the caches */
   for (int r = 0; r < o->rounds; r++)
     bench_add(&s, o, spawn_round(o->iters));
-  batch_round(o->iters);
+  batch_round(o->iters, BATCH, nothing);
   for (int r = 0; r < o->rounds; r++)
-    bench_add(&sb, o, batch_round(o->iters));
+    bench_add(&sb, o, batch_round(o->iters, BATCH, nothing));
   static bench_series sc = {.name = "spawn_join_burst"};
-  burst_round(o->iters / 10);
+  batch_round(o->iters / 10, BURST, two_pages);
   for (int r = 0; r < o->rounds; r++)
-    bench_add(&sc, o, burst_round(o->iters / 10));
+    bench_add(&sc, o, batch_round(o->iters / 10, BURST, two_pages));
   bench_report(&s, "ns");
   bench_report(&sb, "ns");
   bench_report(&sc, "ns");
