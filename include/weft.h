@@ -833,8 +833,7 @@ typedef struct weft_mutex {
   uint64_t priv_owner; /* the owner's task id; 0: unlocked */
   void *priv_head, *priv_tail;
 } weft_mutex;
-#define WEFT_MUTEX_INIT                                                        \
-  { 0, NULL, NULL }
+#define WEFT_MUTEX_INIT {0, NULL, NULL}
 
 void weft_mutex_init(weft_mutex *m);
 

@@ -499,9 +499,6 @@ void weft__quit_fd_read(weft_loop *loop) {
 #endif
 }
 
-/* The turns of the loop, until nothing is left (0), it is stopped (1) or
- * the backend fails (its negative errno). Not inlined into weft_loop_run,
- * whose set-up is cold, so that it goes with the hot code. */
 /* The stack pool keeps a recent burst's stacks warm and gives their pages
  * back once its windows have passed (stack.h): the loop looks at it at each
  * poll, and wakes for it rather than sleep past it. */
@@ -510,6 +507,9 @@ static __attribute__((noinline)) int64_t stack_tidy(int64_t timeout) {
   return again >= 0 && (timeout < 0 || timeout > again) ? again : timeout;
 }
 
+/* The turns of the loop, until nothing is left (0), it is stopped (1) or
+ * the backend fails (its negative errno). Not inlined into weft_loop_run,
+ * whose set-up is cold, so that it goes with the hot code. */
 static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
   int rc = 0;
   for (;;) {
