@@ -58,14 +58,13 @@ struct weft_gen {
 
 uint32_t *weft__gen_scopes(weft_gen *g) { return &g->scopes; }
 
-/* A number for each thread that makes a generator, never reused (0: the
- * thread has made none). */
-static uint64_t token_counter;
+/* A number for each thread that makes a generator, an id never reused (0:
+ * the thread has made none). */
 static WEFT__TLS uint64_t thread_token;
 
 static uint64_t my_token(void) {
   if (!thread_token)
-    thread_token = __atomic_add_fetch(&token_counter, 1, __ATOMIC_RELAXED);
+    thread_token = weft__next_id();
   return thread_token;
 }
 
