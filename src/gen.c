@@ -58,13 +58,15 @@ struct weft_gen {
 
 uint32_t *weft__gen_scopes(weft_gen *g) { return &g->scopes; }
 
-/* A number for each thread that makes a generator, an id never reused (0:
- * the thread has made none). */
+/* A number for each thread that makes a generator, never reused (0: the
+ * thread has made none). Not a weft__next_id(): those are the ids that
+ * messages and weft_dump show, and a thread's token would skip one. */
+static uint64_t token_counter;
 static WEFT__TLS uint64_t thread_token;
 
 static uint64_t my_token(void) {
   if (!thread_token)
-    thread_token = weft__next_id();
+    thread_token = __atomic_add_fetch(&token_counter, 1, __ATOMIC_RELAXED);
   return thread_token;
 }
 
