@@ -1193,9 +1193,11 @@ static int rx_recv(weft_loop *loop, uring_state *st, const weft__op *op,
       *out = got ? (ssize_t)got : rc;
       return 1;
     }
-    if (loop->fds[op->fd].gen != gen || ms_at(&st->rxs, op->fd) != &r->ms) {
-      /* Closed after the data woke us, before we ran (and the number
-       * perhaps reused: a new record can have the old one's address). */
+    if (loop->fds[op->fd].gen != gen) {
+      /* Closed after the data woke us, before we ran: r is freed or
+       * detached (and the number perhaps reused, its new record perhaps
+       * at r's address, so r's address would not tell), and every way a
+       * record leaves the table moves the fd's generation on. */
       *out = got ? (ssize_t)got : -EBADF;
       return 1;
     }

@@ -411,7 +411,12 @@ static void test_signals(void) {
  * turn with B first. B then closes X and makes a pipe, which gets X's
  * number, or cancels A. A must not read the new pipe (it used to: a stream
  * over X read into freed memory), nor read X after its cancellation (on
- * epoll and poll; io_uring may have done the read, and then says so). */
+ * epoll and poll; io_uring may have done the read, and then says so).
+ * Mode 2: X's peer closes (A wakes for the end of the stream, so with
+ * provided buffers X's multishot recv has ended and its record goes at
+ * the close), and B puts a socket with data at X's number and reads it
+ * without waiting, which gives it a record of its own, at the freed one's
+ * address as a rule: A must see the generation move, not that record. */
 static int wx[2], wy[2], wnew[2], w_mode, w_b_first;
 static ssize_t w_a_n;
 static char w_a_buf[16];
@@ -431,6 +436,14 @@ static void *woken_b(void *arg) {
     CHECK_EQ(weft_close(wx[0]), 0);
     CHECK_EQ(pipe(wnew), 0);
     CHECK_EQ(write(wnew[1], "SECRET", 6), 6);
+  } else if (w_mode == 2) {
+    int x = wx[0];
+    CHECK_EQ(weft_close(x), 0);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, wnew), 0);
+    CHECK_EQ(wnew[0], x);
+    CHECK_EQ(write(wnew[1], "SECRET", 6), 6);
+    char pk;
+    CHECK_EQ(weft_recv(wnew[0], &pk, 1, MSG_PEEK | MSG_DONTWAIT), 1);
   } else {
     int crc = weft_cancel(w_a); /* -ESRCH: A ran first, and has ended */
     CHECK(crc == 0 || (crc == -ESRCH && !w_b_first));
@@ -440,7 +453,10 @@ static void *woken_b(void *arg) {
 static void *woken_kick(void *arg) {
   (void)arg;
   CHECK_EQ(write(wy[1], "y", 1), 1);
-  CHECK_EQ(write(wx[1], "x", 1), 1);
+  if (w_mode == 2)
+    CHECK_EQ(shutdown(wx[1], SHUT_WR), 0);
+  else
+    CHECK_EQ(write(wx[1], "x", 1), 1);
   return NULL;
 }
 
@@ -472,6 +488,15 @@ static void *woken_main(void *arg) {
     CHECK(memcmp(buf, "SECRET", 6) == 0);
     CHECK_EQ(close(wnew[0]), 0);
     CHECK_EQ(close(wnew[1]), 0);
+  } else if (w_mode == 2) {
+    /* -EBADF, or the end of X if A ran first; never the new socket's. */
+    CHECK(w_a_n == -EBADF || w_a_n == 0);
+    if (w_b_first && !read_first)
+      CHECK_EQ(w_a_n, -EBADF);
+    CHECK_EQ(weft_recv(wnew[0], buf, sizeof buf, 0), 6); /* all still there */
+    CHECK(memcmp(buf, "SECRET", 6) == 0);
+    CHECK_EQ(weft_close(wnew[0]), 0);
+    CHECK_EQ(close(wnew[1]), 0);
   } else {
     if (w_b_first && !uring)
       CHECK_EQ(w_a_n, -ECANCELED);
@@ -492,6 +517,7 @@ static void *woken_main(void *arg) {
 static void test_woken(void) {
   check_run(woken_main, P(0));
   check_run(woken_main, P(1));
+  check_run(woken_main, P(2));
 }
 
 /* ---- MSG_WAITALL, huge fd numbers ------------------------------------- */
