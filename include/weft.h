@@ -166,6 +166,9 @@ void weft_loop_stop(weft_loop *loop);
  * it does nothing). Tasks that never finished are freed
  * without being resumed (their stacks are dropped: no code of theirs runs);
  * each leaves whatever queue it waits in (a channel, a semaphore...).
+ * One that was woken with something handed to it and had not run yet
+ * keeps it, as a task that ended would: a mutex unlocked to it stays
+ * locked, a semaphore unit or a channel element given to it is gone.
  * Callbacks still queued (weft_call_soon's, weft_call_soon_threadsafe's,
  * a future's done-callbacks, those a stop left) and timers not yet fired
  * are dropped without running. Call it on the loop's thread: called on another,
