@@ -21,14 +21,21 @@
 #define CHUNK_FIRST     16
 #define CHUNK_MAX_BYTES ((size_t)1 << 30)
 
+/* A slot below `used` is out, warm (its descriptor on the warm list), or
+ * given back: its pages, descriptor and all, went back to the kernel and
+ * its bit in `fresh` is set, so it is handed out again like a slot never
+ * opened. Slots from `used` on were never opened, or were given back while
+ * at the top of those opened. */
 typedef struct weft__chunk {
   struct weft__chunk *next; /* the class's chunks, newest first */
   char *base;               /* the mapping */
   size_t slots;             /* slots in it */
-  size_t used;              /* slots opened since mapped or pages given back */
-  size_t guarded;           /* slots whose guard is in place */
+  size_t used;              /* the slots below this one were opened */
+  size_t guarded;           /* slots whose guard is in place (>= used) */
   size_t out;               /* slots acquired and not released */
+  size_t given;             /* slots below `used` given back: bits in fresh */
   weft__free_fn free_fn;    /* frees this record (alloc.h) */
+  uint64_t fresh[];         /* bit i: slot i < used was given back */
 } chunk;
 
 /* The pool of one stack size on one thread. */
@@ -40,8 +47,6 @@ struct weft__stack_class {
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
   weft__stack *warm_tail;  /* ... the least recently freed */
   size_t nwarm;
-  weft__stack *cold;     /* freed stacks in chunks still in use, their pages
-                            but the top one given back (chill) */
   size_t out;            /* stacks of this class in use */
   size_t peak;           /* the most out at once in this window */
   size_t prev_peak;      /* ... and in the window before */
@@ -140,10 +145,6 @@ static chunk *map_chunk(weft__stack_class *c) {
   size_t n = c->chunks ? c->chunks->slots * 2 : CHUNK_FIRST;
   if (c->size > CHUNK_MAX_BYTES / n) /* n * c->size, without wrapping */
     n = CHUNK_MAX_BYTES / c->size ? CHUNK_MAX_BYTES / c->size : 1;
-  chunk *k = weft__calloc(1, sizeof *k);
-  if (!k)
-    return NULL;
-  k->free_fn = weft__free_fn_now();
   /* A chunk reserves address space only; where that is short (RLIMIT_AS),
    * fewer slots may still fit, down to the one asked for. */
   void *base;
@@ -153,10 +154,15 @@ static chunk *map_chunk(weft__stack_class *c) {
          n > 1)
     n /= 2;
   if (base == MAP_FAILED) {
-    k->free_fn(k);
     errno = ENOMEM;
     return NULL;
   }
+  chunk *k = weft__calloc(1, sizeof *k + (n + 63) / 64 * sizeof(uint64_t));
+  if (!k) {
+    munmap(base, n * c->size);
+    return NULL;
+  }
+  k->free_fn = weft__free_fn_now();
   k->base = base;
   k->slots = n;
   k->next = c->chunks;
@@ -164,14 +170,44 @@ static chunk *map_chunk(weft__stack_class *c) {
   return k;
 }
 
-/* A slot with no descriptor: from a chunk with room (an emptied one first
- * found, else the newest), or from a new chunk. */
+static int is_given(const chunk *k, size_t i) {
+  return (k->fresh[i / 64] >> (i % 64)) & 1;
+}
+
+static void set_given(chunk *k, size_t i) {
+  k->fresh[i / 64] |= (uint64_t)1 << (i % 64);
+  k->given++;
+}
+
+static void clear_given(chunk *k, size_t i) {
+  k->fresh[i / 64] &= ~((uint64_t)1 << (i % 64));
+  k->given--;
+}
+
+/* The lowest slot of k given back, taken out of `fresh`; k->given > 0. Its
+ * guard is in place: it was opened once. */
+static size_t take_given(chunk *k) {
+  size_t w = 0;
+  while (!k->fresh[w])
+    w++;
+  size_t i = w * 64 + (size_t)__builtin_ctzll(k->fresh[w]);
+  clear_given(k, i);
+  return i;
+}
+
+/* A slot with no descriptor: from the newest chunk with room, its lowest
+ * slot given back if it has one, else its next never opened; or from a new
+ * chunk. */
 static char *fresh_slot(weft__stack_class *c, chunk **kp) {
   chunk *k = c->chunks;
-  while (k && k->used == k->slots)
+  while (k && !k->given && k->used == k->slots)
     k = k->next;
   if (!k && !(k = map_chunk(c)))
     return NULL;
+  if (k->given) {
+    *kp = k;
+    return k->base + take_given(k) * c->size;
+  }
   char *slot = k->base + k->used * c->size;
   if (k->used == k->guarded) {
     if (install_guard(slot) < 0) {
@@ -219,6 +255,7 @@ static void close_slot(weft__stack *s) {
 }
 
 static void warm_push(weft__stack_class *c, weft__stack *s) {
+  s->warm = 1;
   s->prev = NULL;
   s->next = c->warm;
   if (c->warm)
@@ -229,31 +266,17 @@ static void warm_push(weft__stack_class *c, weft__stack *s) {
   c->nwarm++;
 }
 
-static void cold_push(weft__stack_class *c, weft__stack *s) {
-  s->prev = NULL;
-  s->next = c->cold;
-  if (c->cold)
-    c->cold->prev = s;
-  c->cold = s;
-  s->cold = 1;
-}
-
-/* Takes s off the pool's warm or cold list, whichever it is on. */
-static void pool_unlink(weft__stack_class *c, weft__stack *s) {
+static void warm_unlink(weft__stack_class *c, weft__stack *s) {
   if (s->prev)
     s->prev->next = s->next;
-  else if (s->cold)
-    c->cold = s->next;
   else
     c->warm = s->next;
   if (s->next)
     s->next->prev = s->prev;
-  else if (!s->cold)
-    c->warm_tail = s->prev;
-  if (s->cold)
-    s->cold = 0;
   else
-    c->nwarm--;
+    c->warm_tail = s->prev;
+  s->warm = 0;
+  c->nwarm--;
 }
 
 weft__stack *weft__stack_acquire(size_t size) {
@@ -265,9 +288,9 @@ weft__stack *weft__stack_acquire(size_t size) {
   weft__stack_class *c = class_for(nominal);
   if (!c)
     return NULL;
-  weft__stack *s = c->warm ? c->warm : c->cold;
+  weft__stack *s = c->warm;
   if (s) {
-    pool_unlink(c, s);
+    warm_unlink(c, s);
     s->region.owner_id = 0;
     s->region.owner_name = NULL;
     s->region.is_gen = 0;
@@ -282,22 +305,6 @@ weft__stack *weft__stack_acquire(size_t size) {
   if (++c->out > c->peak)
     c->peak = c->out;
   return s;
-}
-
-/* Every slot of k is free and the pool holds more than WEFT__STACK_WARM_MAX
- * warm stacks: give back the pages of k's slots from `keep` on, all at once,
- * and let those slots be handed out as fresh ones. The first `keep` stay in
- * the pool (k->out is 0, so every slot it opened is on the warm or the
- * cold list). */
-static void give_back(weft__stack_class *c, chunk *k, size_t keep) {
-  for (size_t i = keep; i < k->used; i++) {
-    char *top = k->base + (i + 1) * c->size;
-    weft__stack *s = (weft__stack *)(top - WEFT__STACK_HEADER);
-    pool_unlink(c, s);
-    close_slot(s);
-  }
-  madvise(k->base + keep * c->size, (k->used - keep) * c->size, MADV_DONTNEED);
-  k->used = keep;
 }
 
 void weft__stack_release_abandoned(weft__stack *s) {
@@ -319,32 +326,68 @@ static size_t warm_allowed(const weft__stack_class *c) {
   return room > WEFT__STACK_WARM_MAX ? room : WEFT__STACK_WARM_MAX;
 }
 
-/* Gives back the pages of c's warm stacks beyond what it may keep, from
- * chunks with every slot free, newest (largest) first: one MADV_DONTNEED
- * per chunk. */
-static void trim(weft__stack_class *c) {
-  size_t allowed = warm_allowed(c);
-  for (chunk *k = c->chunks; k && c->nwarm > allowed; k = k->next)
-    if (k->out == 0 && k->used) {
-      size_t excess = c->nwarm - allowed;
-      give_back(c, k, k->used > excess ? k->used - excess : 0);
-    }
+static weft__stack *descriptor(const weft__stack_class *c, const chunk *k,
+                               size_t i) {
+  return (weft__stack *)(k->base + (i + 1) * c->size - WEFT__STACK_HEADER);
 }
 
-/* Gives back the pages of up to `max` of c's least recently freed warm
- * stacks beyond what it may keep, whichever chunk they are in (one in use
- * cannot give all its pages back at once): one MADV_DONTNEED each, all but
- * the top page, which holds the descriptor. They go to the cold list, and
- * are handed out after the warm ones. Returns whether some are left. */
-static int chill(weft__stack_class *c, size_t max) {
+/* Slot i of k (below k->used) is not out: warm, or given back already. */
+static int is_free(const weft__stack_class *c, const chunk *k, size_t i) {
+  return is_given(k, i) || descriptor(c, k, i)->warm;
+}
+
+/* Gives back the pages of the warm slots [lo, hi) of k and of the given-back
+ * slots among them, guards included (the guards survive it: markers of
+ * MADV_GUARD_INSTALL stay, and mprotect's PROT_NONE is the mapping's, so
+ * the call spans each guard's mapping), all in one MADV_DONTNEED. */
+static void give_back_run(weft__stack_class *c, chunk *k, size_t lo,
+                          size_t hi) {
+  int top = hi == k->used; /* from lo on, all fresh: no bits needed */
+  for (size_t i = lo; i < hi; i++)
+    if (!is_given(k, i)) {
+      weft__stack *s = descriptor(c, k, i);
+      warm_unlink(c, s);
+      close_slot(s);
+      if (!top)
+        set_given(k, i);
+    } else if (top) {
+      clear_given(k, i);
+    }
+  madvise(k->base + lo * c->size, (hi - lo) * c->size, MADV_DONTNEED);
+  if (top)
+    k->used = lo;
+}
+
+/* Gives back the pages of c's warm stacks beyond what it may keep, in runs
+ * of adjacent slots that are free (warm, or given back already), one
+ * MADV_DONTNEED each (a call costs about the same for one stack or many: a
+ * TLB flush), at most `max` calls. The newest (largest) chunk first, and in
+ * each the highest slots first, so that a chunk's top run lowers its
+ * `used`. With `busy` 0, only in chunks with no stack out, where that is one
+ * run. Returns whether some are left to give back. */
+static int give_back(weft__stack_class *c, int busy, size_t max) {
   size_t allowed = warm_allowed(c);
-  for (; c->nwarm > allowed && max; max--) {
-    weft__stack *s = c->warm_tail;
-    pool_unlink(c, s);
-    char *top_page = (char *)s + WEFT__STACK_HEADER - page();
-    char *lo = (char *)s->region.lo;
-    madvise(lo, (size_t)(top_page - lo), MADV_DONTNEED);
-    cold_push(c, s);
+  for (chunk *k = c->chunks; k && c->nwarm > allowed; k = k->next) {
+    if (k->out && !busy)
+      continue;
+    size_t i = k->used;
+    /* Stop at the chunk's lowest warm slot: below, nothing is to go. */
+    while (i > 0 && k->used - k->given - k->out > 0 && c->nwarm > allowed) {
+      while (!is_free(c, k, i - 1))
+        i--; /* out (a warm slot is left below, so i stays above 0) */
+      size_t hi = i, take = c->nwarm - allowed, warm = 0;
+      while (i > 0 && (is_given(k, i - 1) ||
+                       (warm < take && descriptor(c, k, i - 1)->warm))) {
+        i--;
+        warm += !is_given(k, i);
+      }
+      if (!warm)
+        continue; /* given-back slots below stacks out */
+      if (!max)
+        return 1;
+      max--;
+      give_back_run(c, k, i, hi);
+    }
   }
   return c->nwarm > allowed;
 }
@@ -356,7 +399,7 @@ static int chill(weft__stack_class *c, size_t max) {
 static __attribute__((noinline)) void release_excess(weft__stack_class *c,
                                                      const chunk *k) {
   if (k->out == 0)
-    trim(c);
+    give_back(c, 0, SIZE_MAX);
   if (c->nwarm > WEFT__STACK_WARM_MAX)
     weft__stack_tidy_wanted = 1;
 }
@@ -381,10 +424,9 @@ int64_t weft__stack_tidy(int64_t now) {
       c->peak = c->out;
       c->window_end = now + WEFT__STACK_WINDOW;
     }
-    trim(c);
     int64_t wait = c->window_end - now;
-    if (chill(c, WEFT__STACK_CHILL_MAX))
-      wait = 0; /* more to chill: at the next poll */
+    if (give_back(c, 1, WEFT__STACK_RUNS_MAX))
+      wait = 0; /* more to give back: at the next poll */
     else if (c->nwarm <= WEFT__STACK_WARM_MAX)
       continue;
     if (next < 0 || wait < next)
@@ -402,8 +444,6 @@ int weft__stack_trim(void) {
     weft__stack_class *c = classes;
     classes = c->next;
     for (weft__stack *s = c->warm; s; s = s->next)
-      close_slot(s);
-    for (weft__stack *s = c->cold; s; s = s->next)
       close_slot(s);
     while (c->chunks) {
       chunk *k = c->chunks;

@@ -25,15 +25,17 @@
  * two windows of WEFT__STACK_WINDOW, and at least WEFT__STACK_WARM_MAX: a
  * burst that recurs finds its stacks warm (a fresh one costs a page fault,
  * ~11-19 µs here, against ~60 ns for a task on a warm one). The rest give
- * their pages back to the kernel, a chunk with every slot free at a time,
- * in one MADV_DONTNEED (guards survive it), and their slots are reused
- * later as fresh ones. One call per chunk, not per stack: here a single
- * MADV_DONTNEED costs about 29 µs. That happens when a chunk empties, and
- * when the loop calls weft__stack_tidy once a window has passed. In a chunk
- * that still has a stack out, weft__stack_tidy gives back the least
- * recently freed stacks one by one instead (chill: all but the top page,
- * which keeps the descriptor), and they wait on a cold list, handed out
- * after the warm ones. Stacks are acquired and released on one thread.
+ * their pages back to the kernel, the descriptor's too, a run of adjacent
+ * free slots in one MADV_DONTNEED (their guards survive it): one call per
+ * run, not per stack, since each call costs a TLB flush (20-200 µs here
+ * for one stack, 4-9 ms for a thousand; one by one, 110-130 ms). A chunk with
+ * every slot free is one run; in one with stacks out, those split the runs. A
+ * given-back slot has no descriptor left: its chunk marks it in a bitmap
+ * (`fresh`), and it is handed out later like a slot never opened, after the
+ * warm stacks. That happens when a chunk empties (for the chunks with no stack
+ * out), and when the loop calls weft__stack_tidy once a window has passed (all
+ * chunks, at most WEFT__STACK_RUNS_MAX runs a call). Stacks are acquired and
+ * released on one thread.
  */
 #ifndef WEFT_STACK_H
 #define WEFT_STACK_H
@@ -49,11 +51,13 @@
 #define WEFT__STACK_WARM_MAX 256
 /* How long a burst's peak holds its stacks warm: one to two of these. */
 #define WEFT__STACK_WINDOW ((int64_t)1000000000)
-/* Stacks chilled (given back one by one) per weft__stack_tidy, at most:
- * each is a MADV_DONTNEED of its own, 20-200 µs here for a stack with 2-9
- * pages resident (a TLB flush each), so a look at the pool costs a few ms
- * at most, and the next poll goes on. */
-#define WEFT__STACK_CHILL_MAX 32
+/* MADV_DONTNEED calls per weft__stack_tidy and size, at most. Each gives
+ * back a run of adjacent free slots, however long: a call costs 20-200 µs
+ * here for one stack with 2-9 pages resident (mostly a TLB flush), 4-9 ms
+ * for a thousand (mostly freeing their pages, which must happen anyway; a
+ * chunk with no stack out was always one call). Runs are many only where
+ * stacks still out split them; past this many, the next poll goes on. */
+#define WEFT__STACK_RUNS_MAX 32
 /* Stack size when none is given. */
 #define WEFT__STACK_DEFAULT (256 * 1024)
 
@@ -63,12 +67,12 @@ typedef struct weft__stack_class weft__stack_class;
 /* The descriptor, at the very top of its slot. */
 struct weft__stack {
   weft__region region; /* what the switch and the tools see */
-  weft__stack *next;   /* warm or cold list links (while in the pool) */
+  weft__stack *next;   /* warm list links (while in the pool) */
   weft__stack *prev;
   weft__stack_class *cls;    /* the pool of this size */
   struct weft__chunk *chunk; /* the mapping it is a slot of */
   unsigned vg_id;            /* Valgrind's stack id */
-  unsigned cold;             /* in the pool with its pages given back */
+  unsigned warm;             /* on the warm list (not out) */
 };
 
 /* A stack of at least `size` bytes (0: the default), rounded up to pages.

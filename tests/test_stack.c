@@ -14,7 +14,9 @@
  *    that recurs within a window finds every page still there), and once
  *    two windows pass without one, all but the warm limit give their pages
  *    back to the kernel, in whatever order they were released, and also
- *    where a stack still out keeps its chunk from giving back at once;
+ *    where a stack still out keeps its chunk from giving back at once:
+ *    there runs of adjacent free slots go, each in one call, descriptor
+ *    pages and all, and come back as fresh slots;
  *  - weft__stack_trim unmaps everything, only when no stack is out;
  *  - with address space short (RLIMIT_AS), a stack that fits is had even
  *    where a whole chunk of them would not;
@@ -193,18 +195,21 @@ static void test_guard(void) {
 static int64_t test_clock = 1;
 
 /* Windows pass with no burst, tidied as the loop tidies: by the second
- * the pool is down to what it keeps at least. */
-static void windows_pass(void) {
+ * the pool is down to what it keeps at least. Returns how often a tidy
+ * had more runs to give back than it may at once (it asks again at 0). */
+static int windows_pass(void) {
   CHECK_EQ(weft__stack_tidy_wanted, 1);
   int64_t again;
-  int n = 0;
+  int n = 0, more = 0;
   while ((again = weft__stack_tidy(test_clock)) >= 0) {
-    CHECK_GE(again, 0); /* 0: more to give back one by one, at once */
+    CHECK_GE(again, 0); /* 0: more runs to give back, at once */
     CHECK_LE(again, WEFT__STACK_WINDOW);
+    more += again == 0;
     test_clock += again;
-    CHECK_LT(++n, 3 + N_LAZY / WEFT__STACK_CHILL_MAX);
+    CHECK_LT(++n, 3 + N_LAZY / WEFT__STACK_RUNS_MAX);
   }
   CHECK_EQ(weft__stack_tidy_wanted, 0);
+  return more;
 }
 
 /* Pages of the probes (one per stack) that are resident. */
@@ -346,35 +351,50 @@ static void test_warm_limit(void) {
  * The stack acquired after a burst is the last one freed, in the newest,
  * largest chunk; while it is out, that chunk cannot give its pages back at
  * once, and kept the burst's pages there for as long (2,000 tasks of 32
- * KiB: 37 MB resident instead of 10). Its free stacks give theirs back one
- * by one (all but the descriptor's page), and are handed out again. */
+ * KiB: 37 MB resident instead of 10). Its free stacks give theirs back,
+ * and are handed out again as fresh ones.
+ *
+ * They once went one by one ("chill"), each in a MADV_DONTNEED of its own
+ * (20-200 µs here, a TLB flush each) that kept the descriptor's page, 32
+ * per tidy: the 247 past the warm limit in the straggler's chunk took 8
+ * tidies, and kept 504 descriptor pages resident. Now a run of adjacent
+ * free slots goes in one call, descriptor pages and all: the chunk's slots
+ * below the one out are a single run. */
 static void test_chunk_in_use(void) {
   const int n = burst_size();
   static weft__stack *v[N_LAZY];
-  static char *probe[N_LAZY];
+  static char *probe[N_LAZY], *top_page[N_LAZY];
   for (int i = 0; i < n; i++) {
     v[i] = weft__stack_acquire(0);
     CHECK(v[i] != NULL);
     probe[i] = (char *)v[i]->region.lo + v[i]->region.size - 2 * pagesz;
     *probe[i] = 1;
+    top_page[i] = (char *)v[i]; /* the descriptor's */
   }
   for (int i = 0; i < n; i++)
     weft__stack_release(v[i]);
   weft__stack *straggler = weft__stack_acquire(0);
   CHECK_PTR_EQ(straggler, v[n - 1]); /* LIFO: in the newest chunk */
-  windows_pass();
-  int warm = count_resident(probe, n);
-  printf("one stack out after a burst of %d: %d still warm\n", n, warm);
+  CHECK_EQ(windows_pass(), 0);       /* all in one tidy: a run per chunk */
+  int warm = count_resident(probe, n), tops = count_resident(top_page, n);
+  printf("one stack out after a burst of %d: %d still warm, %d descriptor "
+         "pages resident\n",
+         n, warm, tops);
   CHECK_LE(warm, WEFT__STACK_WARM_MAX + 1);
   CHECK_GT(warm, 0);
-  /* The cold ones are handed out again, after the warm ones, whole. */
+  CHECK_LE(tops, WEFT__STACK_WARM_MAX + 1);
+  /* The given-back ones are handed out again, after the warm ones, as
+   * fresh slots: zeroed, with their layout and their guards. */
+  int zeroed = 0;
   for (int i = 0; i < n - 1; i++) {
     v[i] = weft__stack_acquire(0);
     CHECK(v[i] != NULL);
     check_layout(v[i], 262144);
-    *((char *)v[i]->region.lo + 100) = 1; /* the bottom of a chilled one */
+    zeroed += *((char *)v[i]->region.lo + v[i]->region.size - 2 * pagesz) == 0;
+    *((char *)v[i]->region.lo + 100) = 1; /* the bottom of one */
   }
-  check_guard(v[n - 2], "chilled");
+  CHECK_GE(zeroed, n - 1 - WEFT__STACK_WARM_MAX);
+  check_guard(v[n - 2], "given-back-below-one-out");
   for (int i = 0; i < n - 1; i++)
     weft__stack_release(v[i]);
   weft__stack_release(straggler);
@@ -394,12 +414,34 @@ static void test_chunk_in_use(void) {
       weft__stack_release(v[i]);
     else
       kept++;
-  windows_pass();
+  /* A run between each two stacks out: more than a tidy gives back. */
+  int more = windows_pass();
   warm = count_resident(probe, n);
-  printf("one stack of every 16 out after a burst of %d: %d still warm\n", n,
-         warm);
+  tops = count_resident(top_page, n);
+  printf("one stack of every 16 out after a burst of %d: %d still warm, %d "
+         "descriptor pages resident, %d tidies asked for more\n",
+         n, warm, tops, more);
   CHECK_LE(warm, WEFT__STACK_WARM_MAX + kept);
+  CHECK_LE(tops, WEFT__STACK_WARM_MAX + kept);
+  CHECK_LE(more, (kept + 1) / WEFT__STACK_RUNS_MAX);
+  /* Reacquired, they come back whole (the first fresh one handed out is
+   * a slot between two out), and the stacks out kept their pages. */
+  weft__stack *between = NULL;
+  for (int i = 0; i < n; i++)
+    if (i % 16) {
+      v[i] = weft__stack_acquire(0);
+      CHECK(v[i] != NULL);
+      check_layout(v[i], 262144);
+      char *p = (char *)v[i]->region.lo + v[i]->region.size - 2 * pagesz;
+      if (!between && *p == 0)
+        between = v[i];
+      *((char *)v[i]->region.lo + 100) = 1;
+    }
+  CHECK(between != NULL);
+  check_guard(between, "given-back-between-two-out");
   for (int i = 0; i < n; i += 16)
+    CHECK_EQ(*probe[i], 1);
+  for (int i = 0; i < n; i++)
     weft__stack_release(v[i]);
   CHECK_EQ(weft__stack_trim(), 1);
 }
