@@ -23,6 +23,7 @@
 #ifndef WEFT_H
 #define WEFT_H
 
+#include <errno.h>  /* the E* codes every call returns, negated */
 #include <signal.h> /* sigset_t (POSIX: see weft_signal_wait) */
 #include <stdbool.h>
 #include <stddef.h>
@@ -271,6 +272,12 @@ void weft_dump(FILE *out);
 
 /* ------------------------------------------------------------------------ */
 /* Generators (no loop needed)                                               */
+/*
+ * A generator's body runs on its own stack, in its caller's thread. Sent
+ * to from a task, the body may make any call the task may, blocking ones
+ * too (weft_sleep, channels...): the task waits with the generator inside
+ * it (docs/generators.md).
+ */
 
 typedef struct weft_gen weft_gen;
 
@@ -531,8 +538,9 @@ weft_stream *weft_stream_new(int fd, size_t bufsize);
  * or is longer than the stream's buffer (a last line without '\n' as long
  * as the buffer included), is -EMSGSIZE: the line is skipped (the next
  * call of any kind, read and read_exact too, starts after it) and buf
- * holds nothing useful. Other errors: -ECANCELED (nothing consumed),
- * -ECONNRESET and the like. */
+ * holds nothing useful. Other errors: -ECANCELED and -ETIMEDOUT (nothing
+ * consumed: a part of the line already received stays buffered for the
+ * next call), -ECONNRESET and the like. */
 ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max);
 
 /* Reads what is buffered, or else waits for one read: up to len bytes.
@@ -652,7 +660,10 @@ weft_future *weft_async(void *(*fn)(void *), void *arg);
  * code that must run to the end); its own deadline still applies.
  *
  * The struct lives on the caller's stack, between weft_scope_enter and
- * weft_scope_exit, which must pair up in the same task, innermost first.
+ * weft_scope_exit, which must pair up in the same task, innermost first,
+ * on every path out of the region (an early return on an error too): a
+ * task whose function returns inside a scope aborts the program, with a
+ * line on stderr naming the task ("returned inside a scope").
  * In a generator's body they pair up in the body, between two yields:
  * weft_gen_yield refuses to yield inside the body's scope, the body cannot
  * leave its caller's scope (-EINVAL), and a body that returns inside its
@@ -1034,8 +1045,11 @@ typedef struct weft_submit_opts {
  * call starts may give -ETIMEDOUT with fn queued or not, so after -ECANCELED or
  * -ETIMEDOUT the caller cannot tell whether fn runs: if arg must be freed
  * either way, use weft_submit and weft_await, where the future exists exactly
- * when fn was queued. fn must not call weft functions other than
- * weft_call_soon_threadsafe and weft_loop_ref/unref. */
+ * when fn was queued. fn runs on a worker thread, which has no loop: of
+ * weft's functions it may call weft_call_soon_threadsafe, weft_loop_ref
+ * and weft_loop_unref, and those that need no loop (weft_strerror,
+ * weft_now, which reads the monotonic clock there, not a loop's virtual
+ * one); no blocking call. */
 int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result);
 int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
                             const weft_submit_opts *opts);
@@ -1110,7 +1124,14 @@ int weft_file_close(int fd);
  * arriving between two calls waits for the next instead of taking its
  * default action). Block them in every other thread too (pthread_sigmask
  * before creating threads), or the kernel may deliver them there; the
- * pool's workers block every signal. 0; -ECANCELED, -ETIMEDOUT; -EINVAL
+ * pool's workers block every signal. The calling thread blocks them only
+ * when the call is made: one that arrives before (say between the spawn
+ * of the task that waits and its first run) still takes its default
+ * action, so a program that must not die of it blocks them on the loop's
+ * thread too, before the loop starts. After the call they stay blocked
+ * until unblocked: a second one (a second Ctrl-C during a slow shutdown)
+ * waits, doing nothing, for the next weft_signal_wait.
+ * 0; -ECANCELED, -ETIMEDOUT; -EINVAL
  * (outside a task, set NULL or empty of catchable signals); -ENOSYS
  * without signalfd. */
 #if !defined(__STRICT_ANSI__) || defined(_POSIX_C_SOURCE) ||                   \
