@@ -51,7 +51,7 @@ struct select_wait {
 
 struct weft_chan {
   uint64_t loop_id; /* its loop's (an id: the channel may outlive the loop) */
-  pthread_t thread; /* the loop's */
+  uint64_t thread;  /* the loop's (its token) */
   size_t elem_size, cap;
   unsigned char *ring; /* cap elements */
   size_t head, len;
@@ -62,8 +62,7 @@ struct weft_chan {
 
 /* c's loop was freed, and c is this thread's to use and free. */
 static int orphaned(const weft_chan *c) {
-  return pthread_equal(c->thread, pthread_self()) &&
-         !weft__thread_loop_alive(c->loop_id);
+  return weft__on_thread(c->thread) && !weft__thread_loop_alive(c->loop_id);
 }
 
 /* Another thread is refused, and so is another loop's code while c's loop
@@ -73,7 +72,7 @@ static int foreign(const weft_chan *c) {
   if (r && r->id == c->loop_id)
     return 0;
   if (!r)
-    return !pthread_equal(c->thread, pthread_self());
+    return !weft__on_thread(c->thread);
   return !orphaned(c);
 }
 

@@ -35,6 +35,21 @@ uint64_t weft__next_id(void) {
   return id_next++;
 }
 
+/* ---- thread tokens ----------------------------------------------------
+ * A number for each thread that owns something of weft's (a loop, a
+ * generator), never reused (0: the thread has taken none). Not a
+ * weft__next_id(): those are the ids that messages and weft_dump show,
+ * and a thread's token would skip one. */
+static uint64_t token_counter;
+WEFT__TLS uint64_t weft__thread_token_now;
+
+uint64_t weft__thread_token(void) {
+  if (!weft__thread_token_now)
+    weft__thread_token_now =
+        __atomic_add_fetch(&token_counter, 1, __ATOMIC_RELAXED);
+  return weft__thread_token_now;
+}
+
 enum { GEN_CREATED, GEN_SUSPENDED, GEN_RUNNING, GEN_DONE };
 
 struct weft_gen {
@@ -47,10 +62,10 @@ struct weft_gen {
   void **received;                 /* where the pending yield wants it */
   weft_gen *parent;                /* the generator running before it */
   uint64_t id;                     /* for the overflow message */
-  /* The thread it belongs to, as that thread's token (one load to
-   * compare, where pthread_self is a call): any other thread is refused.
-   * Not the address of a thread-local: a thread created after the owner
-   * exited gets the same thread-local block, and passed for the owner. */
+  /* The thread it belongs to, as that thread's token (weft__thread_token):
+   * any other thread is refused. Not the address of a thread-local: a
+   * thread created after the owner exited gets the same thread-local
+   * block, and passed for the owner. */
   uint64_t home;
   uint32_t scopes; /* entered by its body and not left (scope.c) */
   uint8_t state;   /* GEN_* */
@@ -58,20 +73,10 @@ struct weft_gen {
 
 uint32_t *weft__gen_scopes(weft_gen *g) { return &g->scopes; }
 
-/* A number for each thread that makes a generator, never reused (0: the
- * thread has made none). Not a weft__next_id(): those are the ids that
- * messages and weft_dump show, and a thread's token would skip one. */
-static uint64_t token_counter;
-static WEFT__TLS uint64_t thread_token;
-
-static uint64_t my_token(void) {
-  if (!thread_token)
-    thread_token = __atomic_add_fetch(&token_counter, 1, __ATOMIC_RELAXED);
-  return thread_token;
-}
-
 /* Not g's thread: refused, as misuse is (weft.h), changing nothing. */
-static inline int foreign(const weft_gen *g) { return g->home != thread_token; }
+static inline int foreign(const weft_gen *g) {
+  return !weft__on_thread(g->home);
+}
 
 WEFT__TLS weft_gen *weft__gen_running;
 
@@ -132,7 +137,7 @@ weft_gen *weft_gen_new(void *(*fn)(weft_gen *, void *), void *arg,
   }
   g->fn = fn;
   g->arg = arg;
-  g->home = my_token();
+  g->home = weft__thread_token();
   g->id = weft__next_id();
   g->stack->region.owner_id = g->id;
   g->stack->region.is_gen = 1;

@@ -154,7 +154,7 @@ struct weft__op; /* one I/O operation (backend.h) */
 
 struct weft_loop {
   weft__ctx ctx;         /* the loop's own flow (the thread's stack) */
-  pthread_t thread;      /* the thread that made it */
+  uint64_t thread;       /* the thread that made it (its token) */
   weft_task *current;    /* the task running now, or NULL */
   weft_task *ready_head; /* FIFO of READY tasks */
   weft_task *ready_tail;
@@ -286,15 +286,30 @@ __attribute__((noreturn, cold)) void weft__left_in_scope(const char *what,
 /* The loop running on this thread, or NULL outside weft_loop_run. */
 extern WEFT__TLS weft_loop *weft__loop_running;
 
+/* The calling thread's token: a number never reused in the process,
+ * taken at the thread's first call. What owners are recorded by, not the
+ * pthread_t, which glibc gives an exited thread's successor (a loop left
+ * behind by an exited thread would pass for the new one's). gen.c. */
+uint64_t weft__thread_token(void);
+
+/* The calling thread's token, 0 before it took one. */
+extern WEFT__TLS uint64_t weft__thread_token_now;
+
+/* Whether the caller is on the thread of `token` (one load, where
+ * pthread_self is a call; a thread that took no token owns nothing). */
+static inline int weft__on_thread(uint64_t token) {
+  return token == weft__thread_token_now;
+}
+
 /* Whether the caller may use an object of `loop`, which was made on
- * `thread` (a task, a channel, an actor): it is on that thread, running no
- * other loop. From anywhere else weft_call_soon_threadsafe is the way in;
- * the calls that check this refuse (-EINVAL) rather than race with the
- * loop. The thread is passed apart from the loop for objects that may
- * outlive it (a channel: the loop is then not read). */
-static inline int weft__callers(const weft_loop *loop, pthread_t thread) {
+ * `thread` (a token: a task, a channel, an actor): it is on that thread,
+ * running no other loop. From anywhere else weft_call_soon_threadsafe is
+ * the way in; the calls that check this refuse (-EINVAL) rather than race
+ * with the loop. The thread is passed apart from the loop for objects that
+ * may outlive it (a channel: the loop is then not read). */
+static inline int weft__callers(const weft_loop *loop, uint64_t thread) {
   return weft__loop_running ? weft__loop_running == loop
-                            : pthread_equal(thread, pthread_self());
+                            : weft__on_thread(thread);
 }
 
 /* Suspends the running task until weft__wake(t, rc) and returns rc; `what`

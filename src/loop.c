@@ -258,7 +258,7 @@ weft_loop *weft_loop_new(const weft_config *cfg) {
     return NULL;
   static uint64_t ids;
   loop->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
-  loop->thread = pthread_self();
+  loop->thread = weft__thread_token();
   loop->stack_size = stack_size;
   loop->executor_max = cfg ? cfg->executor_threads : 0;
   if (cfg && cfg->virtual_clock) {
@@ -317,7 +317,7 @@ void weft_loop_free(weft_loop *loop) {
    * requests still writing into the tasks' stacks. Freed from another
    * thread, the loop is left as it is (and nothing of it is read: it may
    * be running there). */
-  if (!pthread_equal(loop->thread, pthread_self())) {
+  if (!weft__on_thread(loop->thread)) {
     fprintf(stderr, "weft: weft_loop_free called off the loop's thread: "
                     "the loop is not freed\n");
     return;
@@ -603,7 +603,7 @@ static WEFT__HOT __attribute__((noinline)) int run_turns(weft_loop *loop) {
 
 int weft_loop_run(weft_loop *loop) {
   if (!loop || loop->running || weft__loop_running ||
-      !pthread_equal(loop->thread, pthread_self()))
+      !weft__on_thread(loop->thread))
     return -EINVAL;
   if (loop->stop) { /* asked for before this run: it runs nothing */
     loop->stop = 0;

@@ -564,7 +564,7 @@ weft_task *weft_spawn_opts(void *(*fn)(void *), void *arg,
   weft_loop *loop = opts && opts->loop ? opts->loop : weft_loop_current();
   /* A loop is its thread's: another thread reaches it through
    * weft_call_soon_threadsafe, never by spawning into it. */
-  if (!fn || !loop || !pthread_equal(loop->thread, pthread_self())) {
+  if (!fn || !loop || !weft__on_thread(loop->thread)) {
     errno = EINVAL;
     return NULL;
   }
@@ -636,7 +636,7 @@ static void undo_join(weft_task *joiner, void *arg) {
 
 int weft_join(weft_task *h, void **result) {
   weft_task *t = record_of(h), *self = running_task();
-  if (!t || t == self || !pthread_equal(t->loop->thread, pthread_self()) ||
+  if (!t || t == self || !weft__on_thread(t->loop->thread) ||
       (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   /* A cancellation point even when t is done (the handle stays then). */
@@ -667,7 +667,7 @@ int weft_join(weft_task *h, void **result) {
 
 int weft_detach(weft_task *h) {
   weft_task *t = record_of(h);
-  if (!t || !pthread_equal(t->loop->thread, pthread_self()) ||
+  if (!t || !weft__on_thread(t->loop->thread) ||
       (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   if (t->state == TASK_DONE)
@@ -705,7 +705,7 @@ int weft_cancel(weft_task *h) {
   /* The thread first, from the record's loop, which never changes: the
    * generation and state are the loop thread's to read. */
   weft_task *t = address_of(h);
-  if (!pthread_equal(t->loop->thread, pthread_self()))
+  if (!weft__on_thread(t->loop->thread))
     return -EINVAL;
   t = record_of(h);
   if (!t || t->state == TASK_DONE)

@@ -31,6 +31,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -681,6 +682,58 @@ static void test_idle_cpu(void) {
     CHECK_LT(idle_cpu, WEFT_MS(5));
 }
 
+/* A loop is its thread's, even after that thread exited without freeing
+ * it: a thread made later, which glibc gives the same pthread_t, is not
+ * taken for its owner (it once was: weft_loop_run ran the loop there, and
+ * a channel of the loop took its sends). In a child: the loops stay
+ * behind, with their descriptors. */
+typedef struct {
+  weft_loop *loop;
+  weft_chan *chan;
+  pthread_t self;
+} orphan_loop;
+
+static void *makes_orphan_loop(void *arg) {
+  orphan_loop *o = arg;
+  o->self = pthread_self();
+  o->loop = weft_loop_new(NULL);
+  o->chan = o->loop ? weft_chan_new(sizeof(int), 1) : NULL;
+  if (o->loop)
+    weft_loop_stop(o->loop); /* a run would return 1 at once, running nothing */
+  return NULL;
+}
+
+static void *uses_orphan_loop(void *arg) {
+  orphan_loop *o = arg;
+  int v = 7;
+  intptr_t refused = pthread_equal(o->self, pthread_self()) &&
+                     weft_loop_run(o->loop) == -EINVAL &&
+                     weft_chan_try_send(o->chan, &v) == -EINVAL &&
+                     weft_chan_len(o->chan) == 0;
+  return (void *)refused;
+}
+
+static void orphan_loop_rounds(void *unused) {
+  (void)unused;
+  for (int i = 0; i < 3; i++) {
+    static orphan_loop o[3];
+    pthread_t th;
+    void *refused = NULL;
+    CHECK_EQ(pthread_create(&th, NULL, makes_orphan_loop, &o[i]), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK(o[i].loop && o[i].chan);
+    CHECK_EQ(pthread_create(&th, NULL, uses_orphan_loop, &o[i]), 0);
+    CHECK_EQ(pthread_join(th, &refused), 0);
+    CHECK(refused == (void *)1);
+  }
+}
+
+static void test_owner_exited(void) {
+  static check_child res;
+  check_child_run(orphan_loop_rounds, NULL, &res, 60);
+  CHECK_EXITED(res, 0);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -703,6 +756,7 @@ int main(void) {
   test_only_timers();
   test_never_timers();
   test_idle_cpu();
+  test_owner_exited();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_loop: ok\n");
   return 0;
