@@ -31,15 +31,12 @@ typedef struct select_wait select_wait;
 
 /* A task parked on a channel, on its stack. */
 typedef struct cwaiter {
-  weft_task *task;
-  weft_chan *chan;
+  weft__queued q;   /* first: its task, and its links in one of the queues */
   void *elem;       /* the element offered (send) or its destination */
-  int op;           /* WEFT_SEND or WEFT_RECV: which queue it is in */
   int queued;       /* in that queue */
   int *result;      /* select: the case's result field */
   select_wait *sel; /* the select it belongs to, or NULL */
   size_t index;     /* its case in that select */
-  struct cwaiter *prev, *next;
 } cwaiter;
 
 struct select_wait {
@@ -56,8 +53,8 @@ struct weft_chan {
   unsigned char *ring; /* cap elements */
   size_t head, len;
   int closed;
-  cwaiter *senders, *senders_tail;
-  cwaiter *receivers, *receivers_tail;
+  void *senders, *senders_tail;     /* cwaiters (weft__queued first) */
+  void *receivers, *receivers_tail; /* the same */
 };
 
 /* c's loop was freed, and c is this thread's to use and free. */
@@ -77,31 +74,17 @@ static int foreign(const weft_chan *c) {
 }
 
 /* ---- queues ----------------------------------------------------------- */
-static void q_push(weft_chan *c, cwaiter *w) {
-  cwaiter **head = w->op == WEFT_SEND ? &c->senders : &c->receivers;
-  cwaiter **tail = w->op == WEFT_SEND ? &c->senders_tail : &c->receivers_tail;
-  w->prev = *tail;
-  w->next = NULL;
-  if (*tail)
-    (*tail)->next = w;
+/* Queues w, task t's, among c's senders (op WEFT_SEND) or receivers. */
+static void q_push(weft_chan *c, cwaiter *w, weft_task *t, int op) {
+  if (op == WEFT_SEND)
+    weft__enqueue(&w->q, t, &c->senders, &c->senders_tail);
   else
-    *head = w;
-  *tail = w;
+    weft__enqueue(&w->q, t, &c->receivers, &c->receivers_tail);
   w->queued = 1;
 }
 
 static void q_remove(cwaiter *w) {
-  weft_chan *c = w->chan;
-  cwaiter **head = w->op == WEFT_SEND ? &c->senders : &c->receivers;
-  cwaiter **tail = w->op == WEFT_SEND ? &c->senders_tail : &c->receivers_tail;
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    *head = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
-  else
-    *tail = w->prev;
+  weft__unqueue(&w->q);
   w->queued = 0;
 }
 
@@ -111,7 +94,7 @@ static void complete(cwaiter *w, int rc) {
   q_remove(w);
   select_wait *sel = w->sel;
   if (!sel) {
-    weft__wake(w->task, rc);
+    weft__wake(w->q.task, rc);
     return;
   }
   *w->result = rc;
@@ -228,8 +211,8 @@ static void undo_wait(weft_task *t, void *arg) {
 static int wait_op(weft_task *t, weft_chan *c, int op, void *elem) {
   if (t->loop->id != c->loop_id)
     return -EINVAL;
-  cwaiter w = {.task = t, .chan = c, .elem = elem, .op = op};
-  q_push(c, &w);
+  cwaiter w = {.elem = elem};
+  q_push(c, &w, t, op);
   return weft__park(op == WEFT_SEND ? WAIT_SEND : WAIT_RECV,
                     (int64_t)(uintptr_t)c, undo_wait, &w);
 }
@@ -420,14 +403,11 @@ int weft_select(weft_select_case *cases, size_t n, int flags) {
   for (size_t i = 0, j = 0; i < n; i++) {
     if (!cases[i].chan)
       continue;
-    w[j] = (cwaiter){.task = t,
-                     .chan = cases[i].chan,
-                     .elem = cases[i].elem,
-                     .op = cases[i].op,
+    w[j] = (cwaiter){.elem = cases[i].elem,
                      .result = &cases[i].result,
                      .sel = &sel,
                      .index = i};
-    q_push(cases[i].chan, &w[j++]);
+    q_push(cases[i].chan, &w[j++], t, cases[i].op);
   }
   held_array held = {.w = w};
   if (w != stack_w)

@@ -330,13 +330,38 @@ int weft__park_raw(int what, int64_t detail);
 void weft__wake(weft_task *t, int rc);
 
 /* A task parked in a FIFO queue (sync.c's mutex, cond, sem and event,
- * actor.c's senders and tasks waiting for an end): a record on the task's
- * stack, linked into the queue whose head and tail pointers it names. */
+ * actor.c's senders and tasks waiting for an end, chan.c's senders and
+ * receivers): a record on the task's stack, linked into the queue whose
+ * head and tail pointers it names. */
 typedef struct weft__queued {
   weft_task *task;
   struct weft__queued *prev, *next;
   void **head, **tail;
 } weft__queued;
+
+/* Links w, for task t, at the tail of the queue (*head, *tail). Inline:
+ * a channel's hand-off does this and the next on every message. */
+static inline void weft__enqueue(weft__queued *w, weft_task *t, void **head,
+                                 void **tail) {
+  *w = (weft__queued){t, *tail, NULL, head, tail};
+  if (*tail)
+    ((weft__queued *)*tail)->next = w;
+  else
+    *head = w;
+  *tail = w;
+}
+
+/* Takes w off its queue. */
+static inline void weft__unqueue(weft__queued *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    *w->head = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    *w->tail = w->prev;
+}
 
 /* Parks the running task t, with w (on its stack) at the tail of the queue
  * (*head, *tail), until weft__wake_first takes it off; a cancelled or

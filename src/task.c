@@ -396,37 +396,21 @@ WEFT__HOT void weft__wake(weft_task *t, int rc) {
 }
 
 /* ---- FIFO queues of parked tasks -------------------------------------- */
-static void unqueue(weft__queued *w) {
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    *w->head = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
-  else
-    *w->tail = w->prev;
-}
-
 static void undo_queued(weft_task *t, void *arg) {
   (void)t;
-  unqueue(arg);
+  weft__unqueue(arg);
 }
 
 int weft__park_queued(weft__queued *w, weft_task *t, void **head, void **tail,
                       int kind, const void *what) {
-  *w = (weft__queued){t, *tail, NULL, head, tail};
-  if (*tail)
-    ((weft__queued *)*tail)->next = w;
-  else
-    *head = w;
-  *tail = w;
+  weft__enqueue(w, t, head, tail);
   return weft__park(kind, (int64_t)(uintptr_t)what, undo_queued, w);
 }
 
 weft__queued *weft__wake_first(void **head, int rc) {
   weft__queued *w = *head;
   if (w) {
-    unqueue(w);
+    weft__unqueue(w);
     weft__wake(w->task, rc);
   }
   return w;
