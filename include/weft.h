@@ -841,7 +841,11 @@ int weft_select(weft_select_case *cases, size_t n, int flags);
  * owns, set up with its _init (or the static initialiser) and needing no
  * cleanup; its fields are private. Every wait is a cancellation point and
  * honours scope deadlines (-ECANCELED, -ETIMEDOUT), and waiters are served
- * in the order they came.
+ * in the order they came. An object with waiters belongs to their loop:
+ * a call that would wait behind them or wake one, from another loop's code
+ * or another thread, is refused and changes nothing (-EINVAL, or for the
+ * calls that return nothing a line on stderr), as a channel's would. One
+ * with no waiter records no loop, and is not checked.
  */
 typedef struct weft_mutex {
   uint64_t priv_owner; /* the owner's task id; 0: unlocked */

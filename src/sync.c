@@ -13,11 +13,40 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+
+/* ---- one loop's -------------------------------------------------------
+ * The objects record no loop (they are the caller's structs, made with a
+ * static initialiser too), but their waiters do: a call that would queue
+ * a task behind another loop's, or wake another loop's task from another
+ * loop's code or from another thread, is refused, changing nothing. It
+ * would race with that loop, as a channel's would (chan.c). Only calls
+ * that find a waiter look, so an uncontended lock costs nothing more. */
+
+/* The first waiter of the queue is of a loop the caller may not touch. */
+static int foreign(void *head) {
+  const weft__queued *w = head;
+  return w && !weft__callers(w->task->loop, w->task->loop->thread);
+}
+
+/* The same, for the calls that return nothing: they say so on stderr. */
+static int refused(void *head, const char *what) {
+  if (!foreign(head))
+    return 0;
+  fprintf(stderr,
+          "weft: %s from another thread or loop than its waiters': "
+          "ignored\n",
+          what);
+  return 1;
+}
 
 /* Parks the running task t at the tail of the queue (head, tail) until
- * wake_first; returns what park returns. */
+ * wake_first; returns what park returns, or -EINVAL if the queue holds
+ * another loop's tasks. */
 static int wait_in(weft_task *t, void **head, void **tail, int kind,
                    const void *what) {
+  if (*head && ((weft__queued *)*head)->task->loop != t->loop)
+    return -EINVAL;
   weft__queued w;
   return weft__park_queued(&w, t, head, tail, kind, what);
 }
@@ -80,6 +109,8 @@ int weft_mutex_unlock(weft_mutex *m) {
     return -EINVAL;
   if (m->priv_owner != t->id)
     return -EPERM;
+  if (foreign(m->priv_head))
+    return -EINVAL;
   release(m);
   return 0;
 }
@@ -96,6 +127,9 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
     return -EINVAL;
   if (m->priv_owner != t->id)
     return -EPERM;
+  if (foreign(m->priv_head) ||
+      (c->priv_head && ((weft__queued *)c->priv_head)->task->loop != t->loop))
+    return -EINVAL;
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
@@ -114,12 +148,12 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
 }
 
 void weft_cond_signal(weft_cond *c) {
-  if (c)
+  if (c && !refused(c->priv_head, "weft_cond_signal"))
     wake_first(&c->priv_head);
 }
 
 void weft_cond_broadcast(weft_cond *c) {
-  if (c)
+  if (c && !refused(c->priv_head, "weft_cond_broadcast"))
     while (wake_first(&c->priv_head))
       ;
 }
@@ -154,7 +188,7 @@ int weft_sem_trywait(weft_sem *s) {
 }
 
 int weft_sem_post(weft_sem *s) {
-  if (!s)
+  if (!s || foreign(s->priv_head))
     return -EINVAL;
   if (wake_first(&s->priv_head))
     return 0; /* the unit went to the first waiter */
@@ -173,7 +207,7 @@ void weft_event_init(weft_event *e) {
 }
 
 void weft_event_set(weft_event *e) {
-  if (!e)
+  if (!e || refused(e->priv_head, "weft_event_set"))
     return;
   e->priv_set = 1;
   while (wake_first(&e->priv_head))

@@ -39,6 +39,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1114,6 +1115,95 @@ static void test_loop_freed(void) {
   weft_loop_free(loop);
 }
 
+/* Objects whose waiters are another loop's tasks: a call from another
+ * loop's task, or from another thread, that would queue behind them or
+ * wake them is refused (-EINVAL, or for the calls that return nothing a
+ * line on stderr) and changes nothing. It once went ahead: a post woke
+ * the other loop's task from there. */
+static weft_sem fl_s = WEFT_SEM_INIT(0);
+static weft_event fl_e = WEFT_EVENT_INIT;
+static weft_mutex fl_m = WEFT_MUTEX_INIT, fl_cm = WEFT_MUTEX_INIT;
+static weft_cond fl_c = WEFT_COND_INIT;
+static int fl_done;
+
+static void *fl_waiter(void *arg) {
+  switch ((intptr_t)arg) {
+  case 0: CHECK_EQ(weft_sem_wait(&fl_s), 0); break;
+  case 1: /* holds fl_m until fl_e is set */
+    CHECK_EQ(weft_mutex_lock(&fl_m), 0);
+    CHECK_EQ(weft_event_wait(&fl_e), 0);
+    CHECK_EQ(weft_mutex_unlock(&fl_m), 0);
+    break;
+  case 2: /* waits for fl_m */
+    CHECK_EQ(weft_mutex_lock(&fl_m), 0);
+    CHECK_EQ(weft_mutex_unlock(&fl_m), 0);
+    break;
+  default:
+    CHECK_EQ(weft_mutex_lock(&fl_cm), 0);
+    CHECK_EQ(weft_cond_wait(&fl_c, &fl_cm), 0);
+    CHECK_EQ(weft_mutex_unlock(&fl_cm), 0);
+  }
+  fl_done++;
+  return NULL;
+}
+static void *fl_stops(void *loop) {
+  weft_loop_stop(loop);
+  return NULL;
+}
+
+/* What another loop's task, or another thread, may not do now. */
+static int fl_refused(int in_task) {
+  int ok = weft_sem_post(&fl_s) == -EINVAL && weft_sem_value(&fl_s) == 0;
+  weft_event_set(&fl_e);
+  weft_cond_signal(&fl_c);
+  weft_cond_broadcast(&fl_c);
+  ok = ok && !weft_event_is_set(&fl_e);
+  if (in_task) {
+    ok = ok && weft_sem_wait(&fl_s) == -EINVAL &&
+         weft_event_wait(&fl_e) == -EINVAL &&
+         weft_mutex_lock(&fl_m) == -EINVAL;    /* behind the other's waiter */
+    ok = ok && weft_mutex_lock(&fl_cm) == 0 && /* idle: not checked */
+         weft_cond_wait(&fl_c, &fl_cm) == -EINVAL &&
+         weft_mutex_unlock(&fl_cm) == 0;
+  }
+  return ok && fl_done == 0;
+}
+static void *fl_other_loop(void *arg) {
+  (void)arg;
+  CHECK(fl_refused(1));
+  return NULL;
+}
+static void *fl_other_thread(void *arg) {
+  (void)arg;
+  return (void *)(intptr_t)fl_refused(0);
+}
+
+static void test_foreign_waiters(void) {
+  weft_loop *a = weft_loop_new(NULL);
+  CHECK(a);
+  for (intptr_t i = 0; i < 4; i++)
+    CHECK(weft_spawn(fl_waiter, (void *)i));
+  CHECK(weft_spawn(fl_stops, a));
+  CHECK_EQ(weft_loop_run(a), 1); /* stopped, its tasks waiting */
+  weft_loop *b = weft_loop_new(NULL);
+  CHECK(b);
+  CHECK(weft_spawn(fl_other_loop, NULL));
+  CHECK_EQ(weft_loop_run(b), 0);
+  weft_loop_free(b);
+  pthread_t th;
+  void *ok = NULL;
+  CHECK_EQ(pthread_create(&th, NULL, fl_other_thread, NULL), 0);
+  CHECK_EQ(pthread_join(th, &ok), 0);
+  CHECK(ok == (void *)1);
+  /* On a's thread, outside any run, they are a's own calls. */
+  CHECK_EQ(weft_sem_post(&fl_s), 0);
+  weft_event_set(&fl_e);
+  weft_cond_signal(&fl_c);
+  CHECK_EQ(weft_loop_run(a), 0);
+  CHECK_EQ(fl_done, 4);
+  weft_loop_free(a);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -1134,6 +1224,7 @@ int main(void) {
   CHECK_SUBTEST(test_cond_deadlock);
   CHECK_SUBTEST(test_ended_owner);
   CHECK_SUBTEST(test_dropped_owner);
+  CHECK_SUBTEST(test_foreign_waiters);
   CHECK_SUBTEST(test_loop_freed);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {
