@@ -725,25 +725,49 @@ typedef struct weft_group weft_group;
 weft_group *weft_group_new(void);
 
 /* Spawns fn(arg) into g, as weft_spawn would (the same errors). The group
- * owns the task: do not join or detach it; its return value is dropped.
+ * owns the task: do not join or detach it; its return value is dropped
+ * (a child reports a failure with weft_group_fail).
  * The handle may be used with weft_cancel, weft_task_id, ... until the task
  * ends. A child spawned into a cancelled group starts cancelled. */
 weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg);
 
 /* Waits until every child of g has finished, children spawned while it
- * waits included. Returns 0; -ECANCELED or -ETIMEDOUT if the caller was
- * cancelled or a scope's deadline passed, in which case the group is
- * cancelled (as by weft_group_cancel: children spawned later start
- * cancelled) and the children are waited for all the same: no child
- * outlives its group's wait. -ENOMEM (a deadline's timer) cancels nothing:
- * the children run on. -EINVAL if g is NULL, the caller is not a task of
- * g's loop, or another task is in weft_group_wait on g; -EDEADLK if the
- * caller is a child of g (it would wait for itself). */
+ * waits included. Returns g's error (weft_group_fail) if it has one, else
+ * 0; -ECANCELED or -ETIMEDOUT if the caller was cancelled or a scope's
+ * deadline passed, in which case the group is cancelled (as by
+ * weft_group_cancel: children spawned later start cancelled) and the
+ * children are waited for all the same: no child outlives its group's
+ * wait. The caller's own -ECANCELED or -ETIMEDOUT wins over g's error
+ * (as weft_await's does over a future's), which weft_group_error still
+ * gives. -ENOMEM (a deadline's timer) cancels nothing: the children run
+ * on. -EINVAL if g is NULL, the caller is not a task of g's loop, or
+ * another task is in weft_group_wait on g; -EDEADLK if the caller is a
+ * child of g (it would wait for itself). */
 int weft_group_wait(weft_group *g);
 
 /* Cancels every child of g still running, and those spawned into it
  * later. NULL is ignored. */
 void weft_group_cancel(weft_group *g);
+
+/* Go's errgroup.WithContext, trio's nursery: the first error cancels the
+ * rest. Records `err`, a negative errno value as weft's calls return it
+ * (-EIO, or a child's failed call's result passed on as is), as g's error
+ * if g has none yet, and cancels g as weft_group_cancel does either way
+ * (the caller too, if it is a child: its later blocking calls return
+ * -ECANCELED). Later errors are dropped, whatever they are: a child that
+ * passes on the -ECANCELED of a group cancelled by weft_group_cancel
+ * makes -ECANCELED g's error. Callable from a child, from the task that
+ * waits or will wait on g, or from any task or callback of g's loop. The
+ * error stays for g's life, as its cancellation does: recorded after a
+ * wait returned, or on a group with no child, it is what the next wait
+ * returns. Returns 0; -EINVAL if g is NULL, err >= 0, or the caller is
+ * not on g's loop (another thread, another loop, or a loop since freed).
+ * (weft_future_set_error takes the positive value instead.) */
+int weft_group_fail(weft_group *g, int err);
+
+/* g's first error recorded by weft_group_fail, or 0 if none; -EINVAL if g
+ * is NULL. Does not wait. */
+int weft_group_error(const weft_group *g);
 
 /* Frees g. Children still running are cancelled; the group's memory goes
  * when the last of them ends (and a task in weft_group_wait on g has

@@ -10,6 +10,9 @@
  * If weft_group_wait is cancelled (or its deadline passes), it cancels the
  * children and waits for them inside a shielded scope: a group's wait
  * never returns while a child is still running.
+ *
+ * weft_group_fail keeps the first error and cancels the group; the wait
+ * returns that error when nothing cut the wait itself short.
  */
 #include "internal.h"
 
@@ -23,6 +26,7 @@ struct weft_group {
    * while it is woken and not yet resumed: no second waiter slips in). */
   weft_task *waiter;
   int cancelled; /* weft_group_cancel, or a wait that was cut short */
+  int err;       /* the first weft_group_fail's error (negative), or 0 */
   int freed;     /* weft_group_free was called: the last one out frees it */
   /* Every group of the loop (loop->groups): weft_loop_free drops the
    * children without running them to their end, and then frees the groups
@@ -134,6 +138,17 @@ void weft_group_cancel(weft_group *g) {
   cancel_children(g);
 }
 
+int weft_group_fail(weft_group *g, int err) {
+  if (!g || err >= 0 || !g->loop || !weft__callers(g->loop, g->loop->thread))
+    return -EINVAL;
+  if (!g->err)
+    g->err = err;
+  weft_group_cancel(g);
+  return 0;
+}
+
+int weft_group_error(const weft_group *g) { return g ? g->err : -EINVAL; }
+
 /* Waits until g has no child: one spawned between the last exit's wake-up
  * and the resume counts too. No undo: the claim on g (g->waiter) stays
  * until the wait returns. */
@@ -171,6 +186,8 @@ int weft_group_wait(weft_group *g) {
       ; /* only a deadlock's forced cancellation, which shields ignore */
     weft_scope_exit(&shield);
   }
+  if (rc == 0)
+    rc = g->err; /* the caller's own -ECANCELED or -ETIMEDOUT wins */
   g->waiter = NULL;
   free_if_done(g); /* given up by another task meanwhile */
   return rc;

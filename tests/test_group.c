@@ -19,7 +19,13 @@
  *  - a wait whose deadline's timer cannot be made: -ENOMEM, and the
  *    children are not cancelled (a later wait waits for them);
  *  - a thousand children;
- *  - misuse: NULL, no loop, outside a task, another loop's group.
+ *  - misuse: NULL, no loop, outside a task, another loop's group;
+ *  - weft_group_fail (errgroup): the first error cancels the rest and is
+ *    what the wait returns once every child finished; later ones (a
+ *    child passing on its -ECANCELED) are dropped; from a child, the
+ *    owner, a callback; on an empty group and after a wait (it stays);
+ *    the waiter's own -ECANCELED / -ETIMEDOUT win over it; misuse changes
+ *    nothing (bad err, NULL, another loop or thread, a freed loop).
  */
 #include "weft.h"
 
@@ -28,6 +34,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -818,6 +825,263 @@ static void test_nomem_wait(void) {
   CHECK_EQ(check_subtest_failures, 0);
 }
 
+/* ---- weft_group_fail
+ * ----------------------------------------------------------- */
+static weft_group *fail_g;
+
+/* After k->delay, fails the group with k->rc's value (set by the test),
+ * and is cancelled by it like the others. */
+static void *failer(void *arg) {
+  kid *k = arg;
+  int err = k->rc;
+  k->started = 1;
+  CHECK_EQ(weft_sleep(k->delay), 0);
+  CHECK_EQ(weft_group_fail(fail_g, err), 0);
+  CHECK_EQ(weft_yield(), -ECANCELED); /* the caller is a child: cancelled */
+  k->ended = 1;
+  nended++;
+  return NULL;
+}
+
+/* errgroup's child: passes on whatever its call failed with. */
+static void *passer(void *arg) {
+  kid *k = arg;
+  k->started = 1;
+  k->rc = weft_sleep(k->delay);
+  if (k->rc < 0)
+    CHECK_EQ(weft_group_fail(fail_g, k->rc), 0);
+  k->ended = 1;
+  nended++;
+  return NULL;
+}
+
+static void *first_error_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  fail_g = weft_group_new();
+  CHECK(fail_g);
+  CHECK_EQ(weft_group_error(fail_g), 0);
+  kids[0].delay = WEFT_MS(5);
+  kids[0].rc = -EIO;
+  CHECK(weft_group_spawn(fail_g, failer, &kids[0]));
+  for (int i = 1; i < 4; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(fail_g, careful, &kids[i]));
+  }
+  kids[4].delay = FOREVER;
+  CHECK(weft_group_spawn(fail_g, passer, &kids[4]));
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_group_wait(fail_g), -EIO);
+  CHECK_LT(weft_now() - t0, LATE);
+  CHECK_EQ(nended, 5); /* every child finished first */
+  for (int i = 1; i < 4; i++) {
+    CHECK_EQ(kids[i].rc, -ECANCELED);
+    CHECK_EQ(kids[i].cleaned, 1);
+  }
+  CHECK_EQ(kids[4].rc, -ECANCELED); /* passed on, and dropped: */
+  CHECK_EQ(weft_group_error(fail_g), -EIO);
+  CHECK_EQ(weft_sleep(0), 0); /* the waiter is not cancelled */
+  /* It stays: the next wait returns it, a new child starts cancelled. */
+  kids[5].delay = FOREVER;
+  CHECK(weft_group_spawn(fail_g, sleeper, &kids[5]));
+  CHECK_EQ(weft_group_wait(fail_g), -EIO);
+  CHECK_EQ(kids[5].rc, -ECANCELED);
+  weft_group_free(fail_g);
+  return NULL;
+}
+
+/* The owner fails the group before it waits (a nursery's body raising). */
+static void *owner_fails_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  fail_g = weft_group_new();
+  CHECK(fail_g);
+  for (int i = 0; i < 3; i++) {
+    kids[i].delay = FOREVER;
+    CHECK(weft_group_spawn(fail_g, careful, &kids[i]));
+  }
+  CHECK_EQ(weft_yield(), 0); /* they sleep */
+  CHECK_EQ(weft_group_fail(fail_g, -ENOENT), 0);
+  CHECK_EQ(weft_group_wait(fail_g), -ENOENT);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(kids[i].cleaned, 1);
+  weft_group_free(fail_g);
+  return NULL;
+}
+
+/* From a timer's callback, while the owner waits. */
+static void fail_cb(void *arg) { CHECK_EQ(weft_group_fail(arg, -ETIME), 0); }
+static void *callback_fails_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  fail_g = weft_group_new();
+  CHECK(fail_g);
+  kids[0].delay = FOREVER;
+  CHECK(weft_group_spawn(fail_g, sleeper, &kids[0]));
+  CHECK(weft_call_later(WEFT_MS(2), fail_cb, fail_g));
+  CHECK_EQ(weft_group_wait(fail_g), -ETIME);
+  CHECK_EQ(kids[0].rc, -ECANCELED);
+  weft_group_free(fail_g);
+  return NULL;
+}
+
+/* No child: recorded all the same, and cancelled; a wait after a wait. */
+static void *empty_and_after_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  CHECK_EQ(weft_group_fail(g, -EIO), 0);
+  CHECK_EQ(weft_group_error(g), -EIO);
+  CHECK_EQ(weft_group_wait(g), -EIO);
+  kids[0].delay = FOREVER;
+  CHECK(weft_group_spawn(g, sleeper, &kids[0]));
+  CHECK_EQ(weft_group_wait(g), -EIO);
+  CHECK_EQ(kids[0].rc, -ECANCELED);
+  weft_group_free(g);
+
+  /* After a wait that returned 0: the next one returns it; the first
+   * error stays. */
+  kids_reset();
+  g = weft_group_new();
+  CHECK(g);
+  kids[0].delay = WEFT_MS(1);
+  CHECK(weft_group_spawn(g, sleeper, &kids[0]));
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[0].rc, 0);
+  CHECK_EQ(weft_group_fail(g, -EPIPE), 0);
+  CHECK_EQ(weft_group_fail(g, -EIO), 0);
+  CHECK_EQ(weft_group_error(g), -EPIPE);
+  CHECK_EQ(weft_group_wait(g), -EPIPE);
+  weft_group_free(g);
+  return NULL;
+}
+
+/* The waiter cancelled, and a child fails in its cleanup: -ECANCELED
+ * wins, and the group's error is still there to read. */
+static void *fails_in_cleanup(void *arg) {
+  kid *k = arg;
+  k->rc = weft_sleep(FOREVER);
+  CHECK_EQ(weft_group_fail(fail_g, -EIO), 0);
+  k->ended = 1;
+  return NULL;
+}
+static void *cancelled_waiter(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_group_wait(fail_g), -ECANCELED);
+  CHECK_EQ(kids[0].ended, 1);
+  CHECK_EQ(weft_group_error(fail_g), -EIO);
+  return NULL;
+}
+static void *both_cancelled_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  fail_g = weft_group_new();
+  CHECK(fail_g);
+  CHECK(weft_group_spawn(fail_g, fails_in_cleanup, &kids[0]));
+  weft_task *w = weft_spawn(cancelled_waiter, NULL);
+  CHECK(w);
+  CHECK_EQ(weft_yield(), 0); /* the child sleeps, w waits */
+  CHECK_EQ(weft_cancel(w), 0);
+  CHECK_EQ(weft_join(w, NULL), 0);
+  CHECK_EQ(kids[0].rc, -ECANCELED);
+  /* The error came first, then the waiter's cancellation: the same. */
+  weft_task *w2 = weft_spawn(cancelled_waiter, NULL);
+  CHECK(w2);
+  CHECK_EQ(weft_cancel(w2), 0);
+  CHECK_EQ(weft_join(w2, NULL), 0);
+  CHECK_EQ(weft_group_wait(fail_g), -EIO); /* not cancelled: the error */
+  weft_group_free(fail_g);
+  return NULL;
+}
+
+/* A child fails, and the waiter's deadline passes while the others clean
+ * up: -ETIMEDOUT wins. */
+static void *both_deadline_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  fail_g = weft_group_new();
+  CHECK(fail_g);
+  kids[0].delay = 0;
+  kids[0].rc = -EIO;
+  CHECK(weft_group_spawn(fail_g, failer, &kids[0]));
+  kids[1].delay = FOREVER;
+  CHECK(weft_group_spawn(fail_g, careful, &kids[1])); /* cleans up 20 ms */
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(5));
+  CHECK_EQ(weft_group_wait(fail_g), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(kids[1].cleaned, 1); /* waited for all the same */
+  CHECK_EQ(weft_group_error(fail_g), -EIO);
+  CHECK_EQ(weft_group_wait(fail_g), -EIO);
+  weft_group_free(fail_g);
+  return NULL;
+}
+
+/* Misuse changes nothing: no error recorded, nothing cancelled. */
+static void *fail_foreign(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_group_fail(foreign, -EIO), -EINVAL);
+  return NULL;
+}
+static void *fail_from_thread(void *arg) {
+  return P(weft_group_fail(arg, -EIO));
+}
+static void *fail_misuse_main(void *arg) {
+  (void)arg;
+  kids_reset();
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  kids[0].delay = WEFT_MS(1);
+  CHECK(weft_group_spawn(g, sleeper, &kids[0]));
+  CHECK_EQ(weft_group_fail(NULL, -EIO), -EINVAL);
+  CHECK_EQ(weft_group_error(NULL), -EINVAL);
+  CHECK_EQ(weft_group_fail(g, 0), -EINVAL);
+  CHECK_EQ(weft_group_fail(g, EIO), -EINVAL);
+  pthread_t th;
+  void *trc;
+  CHECK_EQ(pthread_create(&th, NULL, fail_from_thread, g), 0);
+  CHECK_EQ(pthread_join(th, &trc), 0);
+  CHECK_EQ(I(trc), -EINVAL);
+  CHECK_EQ(weft_group_error(g), 0);
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[0].rc, 0); /* not cancelled */
+  weft_group_free(g);
+  return NULL;
+}
+
+static void test_fail(void) {
+  run(first_error_main, NULL);
+  run(owner_fails_main, NULL);
+  run(callback_fails_main, NULL);
+  run(empty_and_after_main, NULL);
+  run(both_cancelled_main, NULL);
+  run(both_deadline_main, NULL);
+  run(fail_misuse_main, NULL);
+  /* Another loop's task: refused, and the group is left as it was. */
+  kids_reset();
+  weft_loop *a = weft_loop_new(NULL);
+  CHECK(a);
+  foreign = weft_group_new();
+  CHECK(foreign);
+  weft_loop *b = weft_loop_new(NULL);
+  CHECK(b);
+  CHECK(weft_spawn(fail_foreign, NULL));
+  CHECK_EQ(weft_loop_run(b), 0);
+  weft_loop_free(b);
+  CHECK_EQ(weft_group_error(foreign), 0);
+  kids[0].delay = WEFT_MS(1);
+  CHECK(weft_group_spawn(foreign, sleeper, &kids[0]));
+  CHECK_EQ(weft_loop_run(a), 0);
+  CHECK_EQ(kids[0].rc, 0); /* not cancelled */
+  /* Its loop freed: refused; the error recorded before stays readable. */
+  CHECK_EQ(weft_group_fail(foreign, -EIO), 0); /* a's thread, outside a run */
+  weft_loop_free(a);
+  CHECK_EQ(weft_group_fail(foreign, -EPIPE), -EINVAL);
+  CHECK_EQ(weft_group_error(foreign), -EIO);
+  weft_group_free(foreign);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(RUNNING_ON_VALGRIND ? 110 : 60);
@@ -830,6 +1094,7 @@ int main(void) {
   test_free();
   test_window();
   test_nomem_wait();
+  test_fail();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_group: ok\n");
   return 0;

@@ -49,7 +49,8 @@ exports=$(nm -D --defined-only "$lib/libweft.so" |
 bad=$(printf '%s\n' "$exports" | grep -v '^weft_[^_]' || true)
 [ -z "$bad" ] ||
   fail "libweft.so exports non-public symbols: $(printf '%s' "$bad" | tr '\n' ' ')"
-for sym in weft_main weft_spawn weft_join weft_version; do
+for sym in weft_main weft_spawn weft_join weft_version weft_group_fail \
+           weft_group_error; do
   printf '%s\n' "$exports" | grep -qx "$sym" || fail "$sym is not exported"
 done
 
