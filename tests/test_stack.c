@@ -407,6 +407,7 @@ static void test_chunk_in_use(void) {
     CHECK(v[i] != NULL);
     probe[i] = (char *)v[i]->region.lo + v[i]->region.size - 2 * pagesz;
     *probe[i] = 1;
+    top_page[i] = (char *)v[i]; /* new chunks: the trim unmapped the old */
   }
   int kept = 0;
   for (int i = 0; i < n; i++)
