@@ -45,7 +45,6 @@ struct weft__stack_class {
   size_t nominal;          /* the size asked for, rounded to pages */
   chunk *chunks;           /* every mapping of this size */
   weft__stack *warm;       /* freed stacks with their pages, LIFO */
-  weft__stack *warm_tail;  /* ... the least recently freed */
   size_t nwarm;
   size_t out;            /* stacks of this class in use */
   size_t peak;           /* the most out at once in this window */
@@ -260,8 +259,6 @@ static void warm_push(weft__stack_class *c, weft__stack *s) {
   s->next = c->warm;
   if (c->warm)
     c->warm->prev = s;
-  else
-    c->warm_tail = s;
   c->warm = s;
   c->nwarm++;
 }
@@ -273,8 +270,6 @@ static void warm_unlink(weft__stack_class *c, weft__stack *s) {
     c->warm = s->next;
   if (s->next)
     s->next->prev = s->prev;
-  else
-    c->warm_tail = s->prev;
   s->warm = 0;
   c->nwarm--;
 }

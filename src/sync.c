@@ -40,12 +40,17 @@ static int refused(void *head, const char *what) {
   return 1;
 }
 
+/* The queue holds another loop's tasks than t's: t may not wait in it. */
+static int others_queue(void *head, const weft_task *t) {
+  return head && ((weft__queued *)head)->task->loop != t->loop;
+}
+
 /* Parks the running task t at the tail of the queue (head, tail) until
  * wake_first; returns what park returns, or -EINVAL if the queue holds
  * another loop's tasks. */
 static int wait_in(weft_task *t, void **head, void **tail, int kind,
                    const void *what) {
-  if (*head && ((weft__queued *)*head)->task->loop != t->loop)
+  if (others_queue(*head, t))
     return -EINVAL;
   weft__queued w;
   return weft__park_queued(&w, t, head, tail, kind, what);
@@ -127,8 +132,7 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
     return -EINVAL;
   if (m->priv_owner != t->id)
     return -EPERM;
-  if (foreign(m->priv_head) ||
-      (c->priv_head && ((weft__queued *)c->priv_head)->task->loop != t->loop))
+  if (foreign(m->priv_head) || others_queue(c->priv_head, t))
     return -EINVAL;
   int rc = weft__checkpoint();
   if (rc < 0)
