@@ -1139,7 +1139,20 @@ int weft_getaddrinfo(const char *node, const char *service,
  * fd when the last of them has ended, so its number is not reused before (close
  * files with weft_file_close, not weft_close). weft_file_close's -ENOMEM (no
  * job could be had) leaves the fd open, for the caller to close or to try
- * again. */
+ * again.
+ *
+ * On epoll and poll a read of at most 128 KiB first takes what the page
+ * cache holds, on the loop's thread (preadv2 with RWF_NOWAIT, which never
+ * waits for the disk), and only the rest, if any, is a job: a cached read
+ * costs what pread does, not a job's round trip (not for an O_DIRECT fd,
+ * whose read would wait for the device on the loop's thread: its flags are
+ * read at weft_file_open, or at the first read of an fd opened otherwise,
+ * so set O_DIRECT before that). Such a read cannot be
+ * cancelled part way (it is done before the call returns); when the rest's
+ * job is cancelled, the call returns the count of the part already read,
+ * and the next call -ECANCELED. Reads that never wait yield now and then
+ * (once in 128 calls), as the socket calls do, so the loop's other tasks
+ * run. */
 int weft_file_open(const char *path, int flags, mode_t mode);
 ssize_t weft_file_read(int fd, void *buf, size_t len, off_t offset);
 ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset);

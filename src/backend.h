@@ -30,6 +30,7 @@ enum {
   OP_SENDTO,
   OP_ACCEPT,
   OP_CONNECT,
+  OP_FILE_READ, /* file.c's try of the page cache (fault.h only) */
 };
 
 /* The operations that wait for input (readable), the others for output. */
@@ -73,6 +74,13 @@ typedef struct weft__waiter {
 #define FD_EXCEPT     64u /* hang-up, error or urgent data seen */
 #define FD_WAKE       128u /* the loop's own wake-up eventfd (loop.c) */
 
+/* weft__fd.file bits (file.c). */
+#define FD_FILE_CLOSING 1u /* weft_file_close waits for file_jobs to end */
+#define FD_FILE_PROBED  2u /* FD_FILE_NO_NOWAIT below is known */
+#define FD_FILE_NO_NOWAIT                                                      \
+  4u /* reads are not tried from the page cache:                               \
+      * O_DIRECT, or RWF_NOWAIT refused */
+
 /* With WEFT_READ / WEFT_WRITE in weft__fd_event's events: the backend saw a
  * hang-up or an error, which stays pending after a short read, or urgent
  * data (TCP's MSG_OOB), at whose mark a read stops short with data behind
@@ -85,7 +93,7 @@ struct weft__fd {
   uint8_t flags;         /* FD_* */
   uint8_t ready;         /* WEFT_READ|WEFT_WRITE: may be ready, try first */
   uint8_t wanted;        /* union of the waiters' events */
-  uint8_t closing; /* weft_file_close waits for file_jobs to end (file.c) */
+  uint8_t file;          /* FD_FILE_*: what file.c knows of it */
   uint32_t slot; /* the backend's own index (poll: pollfd slot) */
   uint32_t file_jobs; /* file reads, writes, fsyncs on the pool (file.c) */
   /* Bumped when the number is closed or given to a new fd (weft_close,

@@ -4,7 +4,10 @@
  * io.c asks the hook before each system call that carries out an I/O
  * operation: the read, write, recv, send, recvfrom, sendto, accept4 of
  * weft__io_readiness (every attempt, the retries after EINTR and EAGAIN
- * included) and the connect() of weft_connect. The hook decides whether the
+ * included), the connect() of weft_connect, and file.c's preadv2 of the
+ * page cache (OP_FILE_READ: a failure sends the read to the pool, as
+ * EAGAIN does; a short count reads the rest from the cache or the pool)
+ * on the epoll and poll backends. The hook decides whether the
  * call runs, fails, or moves fewer bytes, so a test can make the kernel
  * misbehave in every way the man pages allow (EINTR, a spurious EAGAIN, a
  * short transfer, ECONNRESET, EPIPE, EMFILE...) on a socket that is in fact

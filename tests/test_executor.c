@@ -57,7 +57,9 @@
  */
 #include "weft.h"
 
+#include "backend.h" /* OP_FILE_READ */
 #include "check.h"
+#include "fault.h"
 #include "loop_check.h"
 
 #include <arpa/inet.h>
@@ -1913,6 +1915,229 @@ static void *file_close_inflight_main(void *arg) {
   return NULL;
 }
 
+/* ---- file reads from the page cache (epoll, poll) --------------------------
+ * weft_file_read first tries preadv2 with RWF_NOWAIT on the loop's thread,
+ * and only what that cannot read goes to the pool. The fault hook (fault.h)
+ * counts the tries and answers them: 0 lets the call run; EAGAIN is "not
+ * cached"; EOPNOTSUPP, a file system without RWF_NOWAIT; -n reads at most
+ * n bytes. The first try gets `first`, the others `then`. */
+static int cache_tries;
+static int cache_first, cache_then;
+
+static int cache_hook(int kind, int fd, size_t len, void *arg) {
+  (void)fd, (void)len, (void)arg;
+  if (kind != OP_FILE_READ)
+    return 0;
+  return cache_tries++ == 0 ? cache_first : cache_then;
+}
+
+static void cache_script(int first, int then) {
+  cache_tries = 0;
+  cache_first = first;
+  cache_then = then;
+  weft__fault_hook = cache_hook;
+}
+
+static void cache_off(void) { weft__fault_hook = NULL; }
+
+/* Set by a task queued before a read: the read parked (on the pool) if
+ * this ran before the read returned. */
+static int bystander_ran;
+static void *bystander(void *arg) {
+  (void)arg;
+  bystander_ran = 1;
+  return NULL;
+}
+
+/* Reads len bytes at off into buf with a bystander queued; 1 in *parked
+ * if the read parked. */
+static ssize_t read_watched(int fd, void *buf, size_t len, off_t off,
+                            int *parked) {
+  bystander_ran = 0;
+  CHECK_EQ(weft_go(bystander, NULL), 0);
+  ssize_t n = weft_file_read(fd, buf, len, off);
+  *parked = bystander_ran;
+  if (!bystander_ran) /* let it finish before the next read */
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(bystander_ran, 1);
+  return n;
+}
+
+#define CACHE_FILE 10000
+static unsigned char cache_byte(size_t i) {
+  return (unsigned char)(i * 13 + (i >> 8));
+}
+
+static int cache_ticks, cache_ticking;
+static void *cache_ticker(void *arg) {
+  (void)arg;
+  while (cache_ticking) {
+    cache_ticks++;
+    CHECK_EQ(weft_yield(), 0);
+  }
+  return NULL;
+}
+
+static void *file_cache_main(void *arg) {
+  (void)arg;
+  static unsigned char data[CACHE_FILE], buf[CACHE_FILE];
+  for (size_t i = 0; i < sizeof data; i++)
+    data[i] = cache_byte(i);
+  int fd = weft_file_open(path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(weft_file_write(fd, data, sizeof data, 0), (ssize_t)sizeof data);
+  int parked;
+
+  /* Cached: read at once, one try, no job. */
+  cache_script(0, 0);
+  CHECK_EQ(read_watched(fd, buf, 4096, 100, &parked), 4096);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 1);
+  CHECK(memcmp(buf, data + 100, 4096) == 0);
+  /* Across the end: the cached part, then a try that finds the end. */
+  cache_script(0, 0);
+  CHECK_EQ(read_watched(fd, buf, 8192, 8000, &parked), 2000);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 2);
+  CHECK(memcmp(buf, data + 8000, 2000) == 0);
+  cache_script(0, 0);
+  CHECK_EQ(read_watched(fd, buf, 64, CACHE_FILE, &parked), 0);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 1);
+
+  /* Part cached, the rest too (a second try). */
+  memset(buf, 0, sizeof buf);
+  cache_script(-100, 0);
+  CHECK_EQ(read_watched(fd, buf, 4096, 0, &parked), 4096);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 2);
+  CHECK(memcmp(buf, data, 4096) == 0);
+  /* Part cached, the rest not: from the pool, the whole count. */
+  memset(buf, 0, sizeof buf);
+  cache_script(-100, EAGAIN);
+  CHECK_EQ(read_watched(fd, buf, 4096, 0, &parked), 4096);
+  CHECK_EQ(parked, 1);
+  CHECK_EQ(cache_tries, 2);
+  CHECK(memcmp(buf, data, 4096) == 0);
+  /* Not cached: the pool. */
+  memset(buf, 0, sizeof buf);
+  cache_script(EAGAIN, EAGAIN);
+  CHECK_EQ(read_watched(fd, buf, 300, 5, &parked), 300);
+  CHECK_EQ(parked, 1);
+  CHECK_EQ(cache_tries, 1);
+  CHECK(memcmp(buf, data + 5, 300) == 0);
+
+  /* Longer than what is tried on the loop's thread: the pool at once. */
+  static unsigned char big[256 << 10];
+  cache_script(0, 0);
+  CHECK_EQ(read_watched(fd, big, sizeof big, 0, &parked), CACHE_FILE);
+  CHECK_EQ(parked, 1);
+  CHECK_EQ(cache_tries, 0);
+  CHECK(memcmp(big, data, CACHE_FILE) == 0);
+
+  /* A file system without RWF_NOWAIT: the pool, and the fd is not tried
+   * again until it is closed. */
+  cache_script(EOPNOTSUPP, 0);
+  CHECK_EQ(read_watched(fd, buf, 64, 0, &parked), 64);
+  CHECK_EQ(parked, 1);
+  CHECK_EQ(read_watched(fd, buf, 64, 64, &parked), 64);
+  CHECK_EQ(parked, 1);
+  CHECK_EQ(cache_tries, 1);
+  CHECK(memcmp(buf, data + 64, 64) == 0);
+  CHECK_EQ(weft_file_close(fd), 0);
+  fd = weft_file_open(path, O_RDONLY, 0);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(read_watched(fd, buf, 64, 0, &parked), 64);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 2);
+
+  /* O_DIRECT: never tried from the cache, as a direct read that does not
+   * wait for a lock still waits for the device, and the loop with it;
+   * whether weft_file_open opened the fd or not (then fcntl says). */
+  int dfd = weft_file_open(path, O_RDONLY | O_DIRECT, 0);
+  if (dfd >= 0) {
+    void *al;
+    CHECK_EQ(posix_memalign(&al, 4096, 4096), 0);
+    cache_script(0, 0);
+    CHECK_EQ(read_watched(dfd, al, 4096, 0, &parked), 4096);
+    CHECK_EQ(parked, 1);
+    CHECK_EQ(weft_file_close(dfd), 0);
+    dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    CHECK_GE(dfd, 0);
+    CHECK_EQ(read_watched(dfd, al, 4096, 4096, &parked), 4096);
+    CHECK_EQ(parked, 1);
+    CHECK_EQ(cache_tries, 0);
+    CHECK(memcmp(al, data + 4096, 4096) == 0);
+    CHECK_EQ(weft_file_close(dfd), 0);
+    free(al);
+  } else {
+    CHECK_EQ(dfd, -EINVAL); /* a file system without O_DIRECT (tmpfs) */
+    printf("  (O_DIRECT: not on this file system, skipped)\n");
+  }
+  /* An fd opened without weft, plainly: tried. */
+  int pfd = open(path, O_RDONLY | O_CLOEXEC);
+  CHECK_GE(pfd, 0);
+  cache_script(0, 0);
+  CHECK_EQ(read_watched(pfd, buf, 64, 1, &parked), 64);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 1);
+  CHECK(memcmp(buf, data + 1, 64) == 0);
+  CHECK_EQ(weft_file_close(pfd), 0);
+
+  /* Cancelled while the uncached rest is on the pool: the part read is
+   * the answer, and the next call is -ECANCELED. */
+  memset(buf, 0, sizeof buf);
+  cache_script(-100, EAGAIN);
+  cancel_req c;
+  cancel_me_after(&c, 0);
+  CHECK_EQ(weft_file_read(fd, buf, 4096, 0), 100);
+  CHECK(memcmp(buf, data, 100) == 0);
+  CHECK_EQ(buf[100], 0);
+  CHECK_EQ(weft_file_read(fd, buf, 4096, 0), -ECANCELED);
+  CHECK_EQ(cache_tries, 2);
+  CHECK_EQ(weft_file_close(fd), -ECANCELED);
+  cache_off();
+  return NULL;
+}
+
+/* Reads that never wait still let the others run: a run of them yields
+ * now and then, as the socket calls do. */
+static void *file_cache_fair_main(void *arg) {
+  (void)arg;
+  int fd = weft_file_open(path, O_RDONLY, 0);
+  CHECK_GE(fd, 0);
+  char buf[64];
+  cache_ticks = 0;
+  cache_ticking = 1;
+  CHECK_EQ(weft_go(cache_ticker, NULL), 0);
+  cache_script(0, 0);
+  for (int i = 0; i < 1000; i++)
+    CHECK_EQ(weft_file_read(fd, buf, sizeof buf, i), (ssize_t)sizeof buf);
+  CHECK_EQ(cache_tries, 1000);
+  /* 1000 reads at a yield every 128 calls or so: 7 at least. Without it
+   * none, the reader never giving up the thread. */
+  CHECK_GE(cache_ticks, 5);
+  cache_ticking = 0;
+  cache_off();
+  CHECK_EQ(weft_file_close(fd), 0);
+  return NULL;
+}
+
+static void test_file_cache(void) {
+  weft_loop *probe = weft_loop_new(NULL);
+  CHECK(probe);
+  int ring = strcmp(weft_loop_backend(probe), "io_uring") == 0;
+  weft_loop_free(probe);
+  if (ring) {
+    printf("  file reads from the page cache: not on io_uring (the ring "
+           "reads)\n");
+    return;
+  }
+  run("file reads from the page cache", file_cache_main, NULL);
+  run("file reads from the page cache, fairness", file_cache_fair_main, NULL);
+  printf("  file reads from the page cache: ok\n");
+}
+
 static void test_files(void) {
   snprintf(dir, sizeof dir, "/tmp/weft-exec-XXXXXX");
   CHECK(mkdtemp(dir));
@@ -1920,6 +2145,12 @@ static void test_files(void) {
   atexit(remove_dir);
   snprintf(path, sizeof path, "%s/data", dir);
   run("files", file_main, NULL);
+  test_file_cache();
+  /* The cases below need the reads on the pool (in flight when they are
+   * cancelled, or when their fd is closed): the page cache says "not
+   * cached" from here on. */
+  cache_script(EAGAIN, EAGAIN);
+  run("files, every read on the pool", file_main, NULL);
 
   run("file read cancelled", file_cancel_read_main, NULL);
   for (size_t i = 0; i < sizeof rbuf; i++)
@@ -1942,6 +2173,7 @@ static void test_files(void) {
            "do not take a bounded address space)\n");
   else
     CHECK_SUBTEST(huge_fd);
+  cache_off();
   CHECK_EQ(unlink(path), 0);
   CHECK_EQ(rmdir(dir), 0);
   dir[0] = '\0';

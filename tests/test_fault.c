@@ -54,7 +54,7 @@
 /* ---- the script --------------------------------------------------------- */
 #define ANY    (-1) /* a rule's kind or fd that matches all */
 #define EVER   (-1) /* a rule's count: every call, for as long as it is set */
-#define NKINDS (OP_CONNECT + 1)
+#define NKINDS (OP_FILE_READ + 1)
 
 typedef struct rule {
   int kind;   /* OP_* or ANY */

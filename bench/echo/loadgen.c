@@ -68,7 +68,8 @@
 
 /* ---- errors, clock ------------------------------------------------------- */
 
-static void die(const char *fmt, ...) {
+static __attribute__((noreturn, format(printf, 1, 2))) void die(const char *fmt,
+                                                                ...) {
   va_list ap;
   va_start(ap, fmt);
   fputs("loadgen: ", stderr);
