@@ -171,8 +171,9 @@ struct weft_loop {
   int running;               /* inside weft_loop_run */
   int *errno_at;             /* &errno of its thread (no call per switch) */
   int stop;                  /* weft_loop_stop was called */
-  /* Signals weft_signal_wait blocked (signal.c): they stay blocked, and
-   * pending, when weft_loop_run takes back what it blocked itself. */
+  /* Signals weft_signal_wait blocked (signal.c) during this run: they
+   * stay blocked, and pending, when weft_loop_run takes back what it
+   * blocked itself (emptied as each run starts). */
   sigset_t sig_kept;
 
   /* Time and timers (timer.c). */

@@ -613,6 +613,10 @@ int weft_loop_run(weft_loop *loop) {
   int debug = debug_enabled();
   sig_guard guard;
   sig_block(&guard, debug);
+  /* What an earlier run's weft_signal_wait kept blocked is the program's
+   * again (it may have unblocked it since): this run keeps only what its
+   * own calls block. */
+  sigemptyset(&loop->sig_kept);
   /* Called from inside a generator: the loop's own flow is inside none (a
    * callback's weft_gen_yield would suspend the loop half-run). */
   weft_gen *saved_gen = weft__gen_running;

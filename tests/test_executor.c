@@ -2325,6 +2325,53 @@ static void test_signal_dropped(void) {
   CHECK_EQ(is_pending(SIGUSR1), 0);
 }
 
+/* A loop run twice: the first run's weft_signal_wait(SIGPIPE) keeps it
+ * blocked after that run, but the program then unblocks it, and the
+ * second run, which waits for no signal, must leave the thread as it found
+ * it: SIGPIPE unblocked, and the one its write to a pipe without a reader
+ * raised taken back (it used to stay blocked and pending after the second
+ * run too, for the program's next unblock to die of). */
+static void *sigpipe_wait_short(void *arg) {
+  (void)arg;
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(2));
+  CHECK_EQ(weft_signal_wait(&pipe_set, NULL), -ETIMEDOUT);
+  weft_scope_exit(&s);
+  return NULL;
+}
+
+static void *write_to_closed_pipe(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  CHECK_EQ(close(p[0]), 0);
+  CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
+  CHECK_EQ(weft_close(p[1]), 0);
+  return NULL;
+}
+
+static void test_signal_kept_per_run(void) {
+  begin("signal kept per run");
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(sigpipe_wait_short, NULL));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_EQ(is_blocked(SIGPIPE), 1); /* kept, as documented */
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL), 0);
+  CHECK(weft_spawn(write_to_closed_pipe, NULL));
+  CHECK_EQ(weft_loop_run(loop), 0);
+  CHECK_EQ(is_blocked(SIGPIPE), 0);
+  CHECK_EQ(is_pending(SIGPIPE), 0);
+  weft_loop_free(loop);
+  alarm(0);
+}
+
 static void test_signals(void) {
   run("signals", signal_main, NULL);
   test_signal_dropped();
@@ -2343,6 +2390,7 @@ static void test_signals(void) {
   struct timespec zero = {0, 0};
   CHECK_EQ(sigtimedwait(&pipe_set, NULL, &zero), SIGPIPE); /* taken here */
   CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL), 0);
+  test_signal_kept_per_run();
   printf("  signals: ok\n");
 }
 
