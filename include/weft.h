@@ -1171,7 +1171,9 @@ int weft_file_close(int fd);
  * action, so a program that must not die of it blocks them on the loop's
  * thread too, before the loop starts. After the call they stay blocked
  * until unblocked: a second one (a second Ctrl-C during a slow shutdown)
- * waits, doing nothing, for the next weft_signal_wait.
+ * waits, doing nothing, for the next weft_signal_wait. With WEFT_DEBUG, a
+ * wait for SIGQUIT takes it from the loop's task dump for the rest of the
+ * run.
  * 0; -ECANCELED, -ETIMEDOUT; -EINVAL
  * (outside a task, set NULL or empty of catchable signals); -ENOSYS
  * without signalfd. */

@@ -508,6 +508,9 @@ void weft__fd_forget(weft_loop *loop, int fd);
 
 /* WEFT_DEBUG's SIGQUIT signalfd is readable: print the dump (loop.c). */
 void weft__quit_fd_read(weft_loop *loop);
+/* Closes that signalfd, if open: at the end of the run, or when a task
+ * waits for SIGQUIT itself (signal.c: the program's wait gets it). */
+void weft__quit_close(weft_loop *loop);
 
 /* The eventfd that wakes the loop fired: drain it (loop.c). */
 void weft__wake_fd_drain(weft_loop *loop);

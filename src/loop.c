@@ -472,7 +472,7 @@ static void quit_open(weft_loop *loop) {
   loop->quit_fd = fd;
 }
 
-static void quit_close(weft_loop *loop) {
+void weft__quit_close(weft_loop *loop) {
   if (loop->quit_fd < 0)
     return;
   weft__fd_forget(loop, loop->quit_fd);
@@ -481,7 +481,7 @@ static void quit_close(weft_loop *loop) {
 }
 #else
 static void quit_open(weft_loop *loop) { (void)loop; }
-static void quit_close(weft_loop *loop) { (void)loop; }
+void weft__quit_close(weft_loop *loop) { (void)loop; }
 #endif
 
 void weft__quit_fd_read(weft_loop *loop) {
@@ -626,14 +626,14 @@ int weft_loop_run(weft_loop *loop) {
   loop->running = 1;
   loop->debug = debug;
   loop->slice_start = 0;
-  if (debug)
+  if (debug) /* (a weft_signal_wait for SIGQUIT closes it: signal.c) */
     quit_open(loop);
   int rc = run_turns(loop);
   loop->stop = 0; /* a stop is for the run it ends */
   loop->running = 0;
   weft__loop_running = NULL;
   weft__gen_running = saved_gen;
-  quit_close(loop);
+  weft__quit_close(loop);
   sig_restore(&guard, &loop->sig_kept);
   errno = saved_errno;
   return rc;

@@ -40,6 +40,11 @@ int weft_signal_wait(const sigset_t *set, int *signo) {
   for (int s = 1; s < NSIG; s++)
     if (sigismember(set, s) == 1)
       sigaddset(&loop->sig_kept, s);
+  /* A SIGQUIT the program waits for is its own: WEFT_DEBUG's dump, whose
+   * signalfd would take it first, stops listening for the rest of the
+   * run. */
+  if (sigismember(set, SIGQUIT) == 1)
+    weft__quit_close(loop);
   int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (fd < 0)
     return -errno;
