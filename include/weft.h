@@ -519,7 +519,10 @@ char *weft_addr_str(const struct sockaddr *addr, char *buf, size_t len);
 /* Streams                                                                   */
 /*
  * A stream buffers a socket (or pipe) both ways, with buffers of a fixed
- * size: it never grows them, whatever the peer sends.
+ * size: it never grows them, whatever the peer sends. Its calls are made
+ * from a task: outside one, a call that needs the fd returns -EINVAL (a
+ * weft_stream_close then still closes the fd and frees the stream, and
+ * drops what was queued).
  */
 
 typedef struct weft_stream weft_stream;
