@@ -174,25 +174,41 @@ static uint8_t wanted_by(const weft__fd *e) {
   return w;
 }
 
-/* Takes w off its fd's list and tells the backend if less is wanted. */
-WEFT__HOT void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
-  const int fd = w->fd;
-  weft__fd *e = &loop->fds[fd];
-  w->fd = -1; /* off the list: a second unlink is a bug the owner avoids */
-  if (w->prev)
-    w->prev->next = w->next;
-  else
+/* An fd's waiters are a list in the order they came: e->waiters is the
+ * first, and the first's prev is the last (a waiter appends in O(1), so
+ * that many tasks parked on one fd, each waking and parking again, do not
+ * walk the list each time); the last's next is NULL. */
+static inline void list_remove(weft__fd *e, weft__waiter *w) {
+  weft__waiter *first = e->waiters;
+  if (w == first)
     e->waiters = w->next;
+  else
+    w->prev->next = w->next;
   if (w->next)
     w->next->prev = w->prev;
-  loop->nwaiters--;
-  if (!loop->per_wait || !w->events) /* events 0: wanted stays */
-    return;
+  else if (w != first)
+    first->prev = w->prev; /* w was the last */
+}
+
+/* After waiters left e's list: tells the backend if less is wanted. */
+static void wanted_again(weft_loop *loop, int fd, weft__fd *e) {
   uint8_t wanted = wanted_by(e);
   if (wanted != e->wanted) {
     e->wanted = wanted;
     loop->backend->unwatch(loop, fd, e, 0);
   }
+}
+
+/* Takes w off its fd's list and tells the backend if less is wanted. */
+WEFT__HOT void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
+  const int fd = w->fd;
+  weft__fd *e = &loop->fds[fd];
+  w->fd = -1; /* off the list: a second unlink is a bug the owner avoids */
+  list_remove(e, w);
+  loop->nwaiters--;
+  if (!loop->per_wait || !w->events) /* events 0: wanted stays */
+    return;
+  wanted_again(loop, fd, e);
 }
 
 static void undo_wait(weft_task *t, void *arg) {
@@ -201,14 +217,16 @@ static void undo_wait(weft_task *t, void *arg) {
 
 WEFT__HOT void weft__waiter_link(weft_loop *loop, weft__waiter *w) {
   weft__fd *e = &loop->fds[w->fd];
-  /* Append: waiters are woken in the order they came. */
-  weft__waiter **p = &e->waiters;
-  w->prev = w->next = NULL;
-  while (*p) {
-    w->prev = *p;
-    p = &(*p)->next;
+  weft__waiter *first = e->waiters;
+  w->next = NULL;
+  if (!first) {
+    w->prev = w;
+    e->waiters = w;
+  } else { /* append: waiters are woken in the order they came */
+    w->prev = first->prev;
+    first->prev->next = w;
+    first->prev = w;
   }
-  *p = w;
   loop->nwaiters++;
 }
 
@@ -263,15 +281,22 @@ WEFT__HOT void weft__fd_event(weft_loop *loop, int fd, int events) {
   }
   e->ready |= (uint8_t)events;
   weft__waiter *w = e->waiters;
+  int left = 0; /* waiters with events that left the list */
   while (w) {
     weft__waiter *next = w->next;
     if (w->events & events) {
       w->revents = w->events & events;
-      weft__waiter_unlink(loop, w);
+      w->fd = -1;
+      list_remove(e, w);
+      loop->nwaiters--;
+      left |= w->events;
       weft__wake(w->task, 0);
     }
     w = next;
   }
+  /* What is still wanted, once for them all (poll: the list is walked). */
+  if (loop->per_wait && left)
+    wanted_again(loop, fd, e);
 }
 
 /* ---- the readiness way of doing an operation -------------------------- */
@@ -786,9 +811,12 @@ void weft__fd_forget(weft_loop *loop, int fd) {
   if (!loop || fd < 0 || (size_t)fd >= loop->nfds)
     return;
   weft__fd *e = &loop->fds[fd];
+  /* (The backend hears once, from entry_wipe, not as each waiter goes.) */
   while (e->waiters) {
     weft__waiter *w = e->waiters;
-    weft__waiter_unlink(loop, w);
+    w->fd = -1;
+    list_remove(e, w);
+    loop->nwaiters--;
     weft__wake(w->task, -EBADF);
   }
   entry_wipe(loop, fd, e);

@@ -201,6 +201,127 @@ static void *close_main(void *arg) {
 
 static void test_close_wakes(void) { check_run(close_main, NULL); }
 
+/* ---- many tasks on one fd ------------------------------------------------
+ * The fd's waiters are a list in the order they came. Readers that leave
+ * it from the front, the middle and the end (cancelled), with others
+ * joining behind them, are still woken in that order: each of "wxyz",
+ * written at once, goes to the next reader in line (epoll, poll: io_uring
+ * reads are requests of their own, not on that list). */
+static void *order_reader(void *arg) {
+  char c = 0;
+  ssize_t n = weft_read(I(arg), &c, 1);
+  return P(n == 1 ? c : n);
+}
+
+static void *order_main(void *arg) {
+  (void)arg;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  weft_task *r[8];
+  for (int i = 1; i <= 5; i++)
+    CHECK((r[i] = weft_spawn(order_reader, P(p[0]))));
+  CHECK_EQ(weft_yield(), 0); /* 1 2 3 4 5 */
+  CHECK_EQ(weft_cancel(r[3]), 0);
+  CHECK((r[6] = weft_spawn(order_reader, P(p[0]))));
+  CHECK_EQ(weft_yield(), 0); /* 1 2 4 5 6 */
+  CHECK_EQ(weft_cancel(r[6]), 0);
+  CHECK((r[7] = weft_spawn(order_reader, P(p[0]))));
+  CHECK_EQ(weft_yield(), 0); /* 1 2 4 5 7 */
+  CHECK_EQ(weft_cancel(r[1]), 0);
+  CHECK_EQ(weft_yield(), 0); /* 2 4 5 7 */
+  CHECK_EQ(write(p[1], "wxyz", 4), 4);
+  const char *want = " C"
+                     "w"
+                     "C"
+                     "xy"
+                     "C"
+                     "z"; /* by reader, C: cancelled */
+  for (int i = 1; i <= 7; i++) {
+    void *v;
+    CHECK_EQ(weft_join(r[i], &v), 0);
+    if (want[i] == 'C')
+      CHECK_EQ(I(v), -ECANCELED);
+    else
+      CHECK_EQ(I(v), want[i]);
+  }
+  CHECK_EQ(weft_close(p[0]), 0);
+  CHECK_EQ(weft_close(p[1]), 0);
+  return NULL;
+}
+
+/* Thousands of readers on one pipe, fed a byte at a time: every event
+ * wakes them all, and all but one park again. Each must take one step,
+ * not a walk of the list (appending) or two (poll: what is still wanted,
+ * as each leaves): 4,000 readers took 17 s (epoll) and 31 s (poll) so,
+ * against 0.14 s. Then as many waiters, and a close wakes them all. */
+#define CROWD 4000
+static int crowd_fd, crowd_got;
+
+static void *crowd_reader(void *arg) {
+  (void)arg;
+  char c;
+  ssize_t n = weft_read(crowd_fd, &c, 1);
+  if (n == 1)
+    crowd_got++;
+  return P(n);
+}
+
+static void *crowd_main(void *arg) {
+  (void)arg;
+  int n = RUNNING_ON_VALGRIND ? CROWD / 8 : CROWD;
+  int p[2];
+  CHECK_EQ(pipe(p), 0);
+  crowd_fd = p[0];
+  crowd_got = 0;
+  weft_task_opts o = {.stack_size = 16384};
+  for (int i = 0; i < n; i++)
+    CHECK_EQ(weft_detach(weft_spawn_opts(crowd_reader, NULL, &o)), 0);
+  CHECK_EQ(weft_yield(), 0); /* all parked */
+  int64_t cpu = check_cpu_ns();
+  for (int i = 0; i < n; i++) {
+    CHECK_EQ(write(p[1], "x", 1), 1);
+    CHECK_EQ(weft_sleep(0), 0); /* the loop polls, the readers run */
+  }
+  while (crowd_got < n)
+    CHECK_EQ(weft_sleep(0), 0);
+  cpu = check_cpu_ns() - cpu;
+  CHECK_EQ(crowd_got, n);
+  /* The same crowd, closed under it. */
+  weft_task **t = malloc((size_t)n * sizeof *t);
+  CHECK(t);
+  for (int i = 0; i < n; i++)
+    CHECK((t[i] = weft_spawn_opts(crowd_reader, NULL, &o)));
+  CHECK_EQ(weft_yield(), 0);
+  int64_t cpu2 = check_cpu_ns();
+  CHECK_EQ(weft_close(p[0]), 0);
+  for (int i = 0; i < n; i++) {
+    void *v;
+    CHECK_EQ(weft_join(t[i], &v), 0);
+    CHECK_EQ(I(v), -EBADF);
+  }
+  cpu += check_cpu_ns() - cpu2;
+  free(t);
+  CHECK_EQ(weft_close(p[1]), 0);
+  /* Generous: 30 times what it takes here. (Not under the tools, nor
+   * under qemu: aarch64 runs there.) */
+#if !defined(__aarch64__)
+  if (!RUNNING_ON_VALGRIND && !CHECK_ASAN && !CHECK_TSAN)
+    CHECK_LT(cpu, WEFT_SEC(4));
+#endif
+  printf("  %d readers on one fd: %.0f ms of CPU\n", n, (double)cpu / 1e6);
+  return NULL;
+}
+
+static void test_crowd(void) {
+  weft_loop *probe = weft_loop_new(NULL);
+  CHECK(probe);
+  int ring = strcmp(weft_loop_backend(probe), "io_uring") == 0;
+  weft_loop_free(probe);
+  if (!ring)
+    check_run(order_main, NULL);
+  check_run(crowd_main, NULL);
+}
+
 /* ---- cancellation ----------------------------------------------------- */
 static void *cancel_main(void *arg) {
   (void)arg;
@@ -955,6 +1076,7 @@ int main(void) {
   test_reader_writer();
   test_wait_fd();
   test_close_wakes();
+  test_crowd();
   test_woken();
   test_waitall();
   test_aside();
