@@ -2,7 +2,7 @@
 # Checks that the Debian packages a make target needs are installed.
 #
 #   scripts/deps.sh SET...      SET is one of: core valgrind aarch64 bench fuzz
-#                               uring
+#                               clang uring
 #   scripts/deps.sh --optional SET...   the same, but what is missing is only
 #                               named (exit 0): the build goes on without it
 #
@@ -31,6 +31,8 @@ need[bench]="g++=g++ libboost-context-dev golang-go=go"
 # make fuzz: clang, and its runtimes (libFuzzer, ASan, UBSan), which
 # Debian 12 ships apart from the compiler.
 need[fuzz]="clang=clang libclang-rt-14-dev"
+# make clang: the compiler alone.
+need[clang]="clang=clang"
 # The io_uring backend: optional, the build leaves it out without liburing.
 need[uring]="liburing-dev"
 

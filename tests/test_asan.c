@@ -104,8 +104,9 @@ static void test_reports(void) {
 
 /* ---- a clean program gets no report ---------------------------------- */
 __attribute__((noinline)) static unsigned deep(unsigned n) {
-  volatile char buf[512];
-  memset((char *)buf, (int)n, sizeof buf);
+  char buf[512];
+  memset(buf, (int)n, sizeof buf);
+  __asm__ volatile("" : : "r"(buf) : "memory"); /* kept on the stack */
   if (n == 0)
     return buf[7];
   weft_yield(); /* switch out with many instrumented frames live */

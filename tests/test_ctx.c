@@ -377,6 +377,7 @@ static void test_nesting(void) {
 /* ---- using most of a stack ------------------------------------------- */
 __attribute__((noinline)) static unsigned long deep(int n) {
   volatile unsigned char buf[1024];
+  __asm__ volatile("" : : "r"(buf) : "memory"); /* kept whole (clang) */
   for (size_t i = 0; i < sizeof buf; i += 64)
     buf[i] = (unsigned char)(n + i);
   if (n == 0)
