@@ -245,20 +245,29 @@ static ssize_t read_cached(weft_loop *loop, int fd, void *out, size_t len,
                            off_t offset) {
   if (len > CACHED_MAX)
     return -EAGAIN;
-  if (__builtin_expect(--loop->io_budget <= 0, 0)) {
-    loop->io_budget = WEFT__IO_BUDGET;
-    (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
-  }
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
   if (fd_gone(loop, fd))
     return -EBADF;
-  /* An fd weft_file_open did not open: its flags, the first time. (The
-   * number is open, so the table grows only as far as open fds go.) */
+  /* (The number is open, so the table grows only as far as open fds go.) */
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e)
     return -EAGAIN;
+  if (__builtin_expect(--loop->io_budget <= 0, 0)) {
+    loop->io_budget = WEFT__IO_BUDGET;
+    /* The call has begun: a weft_file_close during the yield (its entry's
+     * generation moves on) makes it -EBADF, never a read of whatever file
+     * took the number meanwhile. */
+    uint32_t gen = e->gen;
+    (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+    if ((rc = weft__checkpoint()) < 0)
+      return rc;
+    if (loop->fds[fd].gen != gen || fd_gone(loop, fd))
+      return -EBADF;
+    e = &loop->fds[fd]; /* the table may have moved */
+  }
+  /* An fd weft_file_open did not open: its flags, the first time. */
   if (!(e->file & FD_FILE_PROBED)) {
     int fl = fcntl(fd, F_GETFL);
     e->file |= fl < 0 ? FD_FILE_PROBED | FD_FILE_NO_NOWAIT : cache_bits(fl);

@@ -2123,6 +2123,76 @@ static void *file_cache_fair_main(void *arg) {
   return NULL;
 }
 
+/* A read that yields for the budget has begun: a weft_file_close during
+ * the yield makes it -EBADF, as one of a job would be kept, and never a
+ * read of the file that took the number meanwhile. Here the close and an
+ * open of another file both end on the pool before the reader runs again
+ * (a task spins until the number is the other file's). */
+static int yield_fd = -1, yield_other = -1;
+static ino_t yield_ino;
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *yield_closer(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_file_close(yield_fd), 0);
+  return NULL;
+}
+
+static void *yield_opener(void *arg) {
+  (void)arg;
+  int64_t end = mono_ns() + LATE;
+  while (fcntl(yield_fd, F_GETFD) >= 0 && mono_ns() < end)
+    ; /* the close runs on the pool */
+  yield_other = weft_file_open(path_b, O_RDONLY, 0);
+  CHECK_EQ(yield_other, yield_fd); /* the lowest number free */
+  return NULL;
+}
+
+static void *yield_waiter(void *arg) {
+  (void)arg;
+  int64_t end = mono_ns() + LATE;
+  struct stat st;
+  while ((fstat(yield_fd, &st) < 0 || st.st_ino != yield_ino) &&
+         mono_ns() < end)
+    ; /* the open runs on the pool */
+  CHECK_EQ(st.st_ino, yield_ino);
+  return NULL;
+}
+
+static void *file_cache_close_main(void *arg) {
+  (void)arg;
+  snprintf(path_b, sizeof path_b, "%s/other", dir);
+  int other = open(path_b, O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600);
+  CHECK_GE(other, 0);
+  CHECK_EQ(write(other, "other", 5), 5);
+  struct stat st;
+  CHECK_EQ(fstat(other, &st), 0);
+  yield_ino = st.st_ino;
+  CHECK_EQ(close(other), 0);
+  yield_fd = weft_file_open(path, O_RDONLY, 0);
+  CHECK_GE(yield_fd, 0);
+  CHECK_EQ(weft_go(yield_closer, NULL), 0);
+  CHECK_EQ(weft_go(yield_opener, NULL), 0);
+  CHECK_EQ(weft_go(yield_waiter, NULL), 0);
+  cache_script(0, 0);
+  weft_loop_current()->io_budget = 1; /* this read yields first */
+  char buf[5] = {0};
+  CHECK_EQ(weft_file_read(yield_fd, buf, sizeof buf, 0), -EBADF);
+  CHECK_EQ(cache_tries, 0);
+  CHECK(memcmp(buf, "other", 5) != 0);
+  cache_off();
+  while (yield_other < 0)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_file_close(yield_other), 0);
+  CHECK_EQ(unlink(path_b), 0);
+  return NULL;
+}
+
 static void test_file_cache(void) {
   weft_loop *probe = weft_loop_new(NULL);
   CHECK(probe);
@@ -2135,6 +2205,8 @@ static void test_file_cache(void) {
   }
   run("file reads from the page cache", file_cache_main, NULL);
   run("file reads from the page cache, fairness", file_cache_fair_main, NULL);
+  run("file read from the page cache, closed at its yield",
+      file_cache_close_main, NULL);
   printf("  file reads from the page cache: ok\n");
 }
 
