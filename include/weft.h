@@ -1150,7 +1150,11 @@ int weft_getaddrinfo(const char *node, const char *service,
  * costs what pread does, not a job's round trip (not for an O_DIRECT fd,
  * whose read would wait for the device on the loop's thread: its flags are
  * read at weft_file_open, or at the first read of an fd opened otherwise,
- * so set O_DIRECT before that). Such a read cannot be
+ * so set O_DIRECT before that; what was read is kept until weft_file_close
+ * or weft_close: after a plain close(2), an fd opened otherwise at the same
+ * number is taken for the old one, so an O_DIRECT fd there can be read on
+ * the loop's thread, and a regular file where a /proc or tmpfs file was
+ * never from the cache). Such a read cannot be
  * cancelled part way (it is done before the call returns); when the rest's
  * job is cancelled, the call returns the count of the part already read,
  * and the next call -ECANCELED. Reads that never wait yield now and then
