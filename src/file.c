@@ -270,7 +270,9 @@ static ssize_t read_cached(weft_loop *loop, int fd, void *out, size_t len,
   /* An fd weft_file_open did not open: its flags, the first time. */
   if (!(e->file & FD_FILE_PROBED)) {
     int fl = fcntl(fd, F_GETFL);
-    e->file |= fl < 0 ? FD_FILE_PROBED | FD_FILE_NO_NOWAIT : cache_bits(fl);
+    if (fl < 0) /* not open: nothing to remember for the number's next fd */
+      return -EAGAIN;
+    e->file |= cache_bits(fl);
   }
   if (e->file & FD_FILE_NO_NOWAIT)
     return -EAGAIN;

@@ -2083,6 +2083,16 @@ static void *file_cache_main(void *arg) {
   CHECK_EQ(cache_tries, 1);
   CHECK(memcmp(buf, data + 1, 64) == 0);
   CHECK_EQ(weft_file_close(pfd), 0);
+  /* A read of that number once closed is -EBADF, and leaves nothing to
+   * the next fd opened there (it was taken for one never cached). */
+  CHECK_EQ(weft_file_read(pfd, buf, 64, 0), -EBADF);
+  CHECK_EQ(open(path, O_RDONLY | O_CLOEXEC), pfd);
+  cache_script(0, 0);
+  CHECK_EQ(read_watched(pfd, buf, 64, 2, &parked), 64);
+  CHECK_EQ(parked, 0);
+  CHECK_EQ(cache_tries, 1);
+  CHECK(memcmp(buf, data + 2, 64) == 0);
+  CHECK_EQ(weft_file_close(pfd), 0);
 
   /* Cancelled while the uncached rest is on the pool: the part read is
    * the answer, and the next call is -ECANCELED. */
