@@ -26,7 +26,9 @@
  * loop's own eventfd, connect (rare, and its EINTR and EAGAIN rules are
  * there already), MSG_DONTWAIT (the call itself never blocks), and a pipe
  * or tty that answers -EAGAIN because it is O_NONBLOCK (weft makes the fds
- * it sees non-blocking, and io_uring honours that for pipes).
+ * it sees non-blocking, and io_uring honours that for pipes). weft_read and
+ * weft_write of a regular file are plain read(2) and write(2), as on epoll
+ * (see uring_io).
  *
  * user_data: 0 for what nobody waits for (a cancel, a poll removal); an
  * odd value for a poll watch: (slot << 32) | (fd << 1) | 1, where the slot
@@ -1284,6 +1286,15 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   if (op->len > SSIZE_MAX && (op->kind == OP_READ || (op->kind == OP_WRITE &&
                                                       !(e->flags & FD_SOCKET))))
     return -EFAULT;
+  /* A regular file (a directory, a block device) is read and written the
+   * plain way, at its position, as on epoll: ring requests at the current
+   * position (offset -1) in flight together all start where the file is,
+   * since the kernel moves it only as each completes, so tasks sharing the
+   * fd read the same bytes twice (a cold page cache makes the requests
+   * wait). weft_file_read and weft_file_write, at an offset, use the ring. */
+  if ((e->flags & FD_UNPOLLABLE) &&
+      (op->kind == OP_READ || op->kind == OP_WRITE))
+    return weft__io_readiness(loop, op);
   /* No completion form needed: connect's rules live in io.c, and with
    * MSG_DONTWAIT the call itself never blocks. */
   uring_state *st = state(loop);

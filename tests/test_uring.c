@@ -18,6 +18,9 @@
  *    cancels them and waits, so none consumes data afterwards;
  *  - a cancelled file read whose request never left the turn does not
  *    touch the buffer;
+ *  - a regular file weft_read by 8 tasks at its position, the page cache
+ *    cold: each byte comes once (ring reads at offset -1 in flight together
+ *    started at the same place);
  *  - multishot accept: 200 connections, each accepted once and in order
  *    while the listener's queue fills and is cancelled and asked again;
  *    a cancelled accept loses no connection; a listener closed with
@@ -446,6 +449,70 @@ static void *file_pos_main(void *arg) {
   CHECK_EQ(weft_close(p[0]), 0);
   CHECK_EQ(weft_close(p[1]), 0);
   return NULL;
+}
+
+/* weft_read of a regular file shared by several tasks: each byte once, as
+ * read(2) gives it on epoll. Through the ring, reads at the current
+ * position (offset -1) in flight together took the same position: with
+ * the page cache cold, 8 tasks' first reads all returned the file's first
+ * 64 KiB. */
+#define SHARED_SIZE  (4 << 20)
+#define SHARED_CHUNK (64 << 10)
+#define SHARED_TASKS 8
+
+static int shared_fd;
+static unsigned char *shared_seen;
+static size_t shared_total;
+
+static void *shared_reader(void *arg) {
+  (void)arg;
+  uint32_t *b = malloc(SHARED_CHUNK);
+  CHECK(b);
+  ssize_t n;
+  while ((n = weft_read(shared_fd, b, SHARED_CHUNK)) > 0) {
+    shared_total += (size_t)n;
+    for (ssize_t i = 0; i < n / 4; i++) {
+      CHECK_LT(b[i], SHARED_SIZE / 4);
+      CHECK_EQ(shared_seen[b[i]]++, 0);
+    }
+  }
+  CHECK_EQ(n, 0);
+  free(b);
+  return NULL;
+}
+
+static void *shared_main(void *arg) {
+  (void)arg;
+  weft_task *t[SHARED_TASKS];
+  for (int i = 0; i < SHARED_TASKS; i++)
+    CHECK(t[i] = weft_spawn(shared_reader, NULL));
+  for (int i = 0; i < SHARED_TASKS; i++)
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+  CHECK_EQ(shared_total, SHARED_SIZE);
+  return NULL;
+}
+
+static void test_file_shared(void) {
+  char path[] = "/tmp/weft-uring-XXXXXX";
+  shared_fd = mkstemp(path);
+  CHECK_GE(shared_fd, 0);
+  unlink(path);
+  uint32_t *w = malloc(SHARED_SIZE);
+  CHECK(w);
+  for (uint32_t i = 0; i < SHARED_SIZE / 4; i++)
+    w[i] = i;
+  CHECK_EQ(write(shared_fd, w, SHARED_SIZE), SHARED_SIZE);
+  free(w);
+  /* Out of the page cache, so the reads are not done at submission. */
+  CHECK_EQ(fsync(shared_fd), 0);
+  CHECK_EQ(posix_fadvise(shared_fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  CHECK_EQ(lseek(shared_fd, 0, SEEK_SET), 0);
+  CHECK(shared_seen = calloc(SHARED_SIZE / 4, 1));
+  run_on_uring(shared_main, NULL);
+  free(shared_seen);
+  CHECK_EQ(close(shared_fd), 0);
+  printf("  a regular file read by %d tasks at its position: ok\n",
+         SHARED_TASKS);
 }
 
 /* ---- lengths past 32 bits -------------------------------------------------
@@ -979,6 +1046,7 @@ int main(void) {
   test_close();
   test_free_in_flight();
   test_file();
+  test_file_shared();
   test_accept();
   test_huge();
   test_multishot_recv();
