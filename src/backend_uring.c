@@ -1361,6 +1361,11 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
         len = (size_t)(-(long)f);
     }
     uint8_t flags = loop->fds[fd].flags;
+    /* MSG_WAITALL means something to the kernel's recv of a stream only:
+     * on a record socket (SOCK_SEQPACKET) the ring would retry a "short"
+     * recv, joining records until the buffer is full, where recv(2)
+     * returns one record. */
+    int rflags = flags & FD_STREAM ? op->flags : op->flags & ~MSG_WAITALL;
     struct io_uring_sqe *sqe = get_sqe(loop, st);
     struct iovec iov; /* recvfrom, sendto only */
     struct msghdr msg;
@@ -1375,7 +1380,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       else
         io_uring_prep_write(sqe, fd, op->buf, (unsigned)len, -1);
       break;
-    case OP_RECV: io_uring_prep_recv(sqe, fd, op->buf, len, op->flags); break;
+    case OP_RECV: io_uring_prep_recv(sqe, fd, op->buf, len, rflags); break;
     case OP_SEND:
       io_uring_prep_send(sqe, fd, op->buf, len, op->flags | MSG_NOSIGNAL);
       break;
@@ -1383,7 +1388,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       msghdr_for(&msg, &iov, op->buf, len);
       msg.msg_name = op->addr;
       msg.msg_namelen = op->addr && op->addrlen ? *op->addrlen : 0;
-      io_uring_prep_recvmsg(sqe, fd, &msg, (unsigned)op->flags);
+      io_uring_prep_recvmsg(sqe, fd, &msg, (unsigned)rflags);
       break;
     case OP_SENDTO:
       msghdr_for(&msg, &iov, op->buf, len);

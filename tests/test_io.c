@@ -13,7 +13,8 @@
  *  - a call that yields for the I/O budget, its fd closed meanwhile by
  *    another task (and the number reused), returns -EBADF and writes
  *    nothing to the new file, also when weft had not seen the fd before;
- *  - recv with MSG_WAITALL gathers len bytes (or up to the end);
+ *  - recv with MSG_WAITALL gathers len bytes (or up to the end); on a
+ *    SOCK_SEQPACKET socket it returns one record, as recv(2) does;
  *  - calls that are not about the queue of bytes answer at once whatever
  *    the last call left: a read of 0 bytes after EAGAIN, MSG_OOB with no
  *    urgent data (-EINVAL); an urgent byte is read, and the data around it
@@ -671,6 +672,21 @@ static void *waitall_main(void *arg) {
   CHECK(memcmp(buf, "67", 2) == 0);
   CHECK_EQ(weft_recv(wa[0], buf, 8, MSG_WAITALL), 0);
   CHECK_EQ(weft_close(wa[0]), 0);
+  /* A record socket: one record a call, as recv(2) gives (io_uring's
+   * kernel retried a "short" recv of a SOCK_SEQPACKET, joined the records
+   * and waited for more to fill the buffer, here for ever). */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, wa), 0);
+  CHECK_EQ(weft_send(wa[1], "ab", 2, 0), 2);
+  CHECK_EQ(weft_send(wa[1], "cde", 3, 0), 3);
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + WEFT_SEC(5));
+  CHECK_EQ(weft_recv(wa[0], buf, 8, MSG_WAITALL), 2);
+  CHECK(memcmp(buf, "ab", 2) == 0);
+  CHECK_EQ(weft_recv(wa[0], buf, 8, MSG_WAITALL), 3);
+  CHECK(memcmp(buf, "cde", 3) == 0);
+  CHECK_EQ(weft_scope_exit(&sc), 0);
+  CHECK_EQ(weft_close(wa[0]), 0);
+  CHECK_EQ(weft_close(wa[1]), 0);
   /* A number far past any fd is -EBADF at once, not a table grown to it
    * (gigabytes, or -ENOMEM). */
   int64_t t0 = weft_now();
