@@ -74,12 +74,12 @@ typedef struct weft__waiter {
 #define FD_EXCEPT     64u /* hang-up, error or urgent data seen */
 #define FD_WAKE       128u /* the loop's own wake-up eventfd (loop.c) */
 
-/* weft__fd.file bits (file.c). */
-#define FD_FILE_CLOSING 1u /* weft_file_close waits for file_jobs to end */
-#define FD_FILE_PROBED  2u /* FD_FILE_NO_NOWAIT below is known */
-#define FD_FILE_NO_NOWAIT                                                      \
-  4u /* reads are not tried from the page cache:                               \
-      * O_DIRECT, or RWF_NOWAIT refused */
+/* weft__fd.file bits (file.c): CLOSING, weft_file_close waits for
+ * file_jobs to end; PROBED, NO_NOWAIT is known; NO_NOWAIT, reads are not
+ * tried from the page cache (O_DIRECT, or RWF_NOWAIT refused). */
+#define FD_FILE_CLOSING   1u
+#define FD_FILE_PROBED    2u
+#define FD_FILE_NO_NOWAIT 4u
 
 /* With WEFT_READ / WEFT_WRITE in weft__fd_event's events: the backend saw a
  * hang-up or an error, which stays pending after a short read, or urgent
