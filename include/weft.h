@@ -745,7 +745,8 @@ weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg);
  * gives. -ENOMEM (a deadline's timer) cancels nothing: the children run
  * on. -EINVAL if g is NULL, the caller is not a task of g's loop, or
  * another task is in weft_group_wait on g; -EDEADLK if the caller is a
- * child of g (it would wait for itself). */
+ * child of g, or a child of a group whose waiter is a child of g, and so
+ * on up (it would wait for itself). */
 int weft_group_wait(weft_group *g);
 
 /* Cancels every child of g still running, and those spawned into it

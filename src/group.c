@@ -163,9 +163,16 @@ int weft_group_wait(weft_group *g) {
   weft_task *self = weft__running_task();
   if (!g || !self || self->loop != g->loop)
     return -EINVAL;
-  /* A child would wait for itself: for ever (as weft_join of oneself). */
-  if (self->on_exit == child_exit && self->on_exit_arg == g)
-    return -EDEADLK;
+  /* A child would wait for itself: for ever (as weft_join of oneself). So
+   * would a child of a group whose waiter is a child of g, and so on up:
+   * both waits are shielded once cancelled, so the deadlock rule would
+   * only wake them to park again, turn after turn. */
+  for (weft_task *t = self; t && t->on_exit == child_exit;) {
+    weft_group *parent = t->on_exit_arg;
+    if (parent == g)
+      return -EDEADLK;
+    t = parent->waiter;
+  }
   if (g->waiter)
     return -EINVAL;
   g->waiter = self;

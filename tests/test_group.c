@@ -20,6 +20,9 @@
  *    children are not cancelled (a later wait waits for them);
  *  - a thousand children;
  *  - misuse: NULL, no loop, outside a task, another loop's group;
+ *  - a wait that would wait for itself: a child's on its own group, a
+ *    grandchild's through a nested group, crosswise between two groups
+ *    (-EDEADLK, not a loop spinning for ever);
  *  - weft_group_fail (errgroup): the first error cancels the rest and is
  *    what the wait returns once every child finished; later ones (a
  *    child passing on its -ECANCELED) are dropped; from a child, the
@@ -683,6 +686,63 @@ static void *wait_own_group(void *arg) {
   return NULL;
 }
 
+/* So would a grandchild, through a nested group whose waiter is a child of
+ * the group, or a child of each of two groups waiting for the other: both
+ * waits are shielded once cancelled, so the deadlock rule only woke them to
+ * park again, and the loop spun for ever. Whichever wait comes second, the
+ * one that would close the circle, gets -EDEADLK. */
+static weft_group *outer;
+static int outer_rc, inner_rc, nested_done;
+static void *wait_outer(void *arg) {
+  (void)arg;
+  outer_rc = weft_group_wait(outer);
+  nested_done++;
+  return NULL;
+}
+static void *wait_nested(void *arg) {
+  weft_group *inner = weft_group_new();
+  CHECK(inner && weft_group_spawn(inner, wait_outer, NULL));
+  if (arg) /* the grandchild waits first */
+    CHECK_EQ(weft_yield(), 0);
+  inner_rc = weft_group_wait(inner);
+  weft_group_free(inner);
+  nested_done++;
+  return NULL;
+}
+static weft_group *cross[2];
+static int cross_rc[2];
+static void *wait_cross(void *arg) {
+  int i = (int)I(arg);
+  cross_rc[i] = weft_group_wait(cross[!i]);
+  return NULL;
+}
+static void *nested_deadlock_main(void *arg) {
+  (void)arg;
+  for (int first = 0; first < 2; first++) {
+    outer = weft_group_new();
+    nested_done = 0;
+    CHECK(outer && weft_group_spawn(outer, wait_nested, P(first)));
+    while (nested_done < 2) /* no wait on outer: the grandchild's */
+      CHECK_EQ(weft_yield(), 0);
+    /* (The grandchild that waits first is cancelled by inner's free.) */
+    CHECK_EQ(outer_rc, first ? -ECANCELED : -EDEADLK);
+    CHECK_EQ(inner_rc, first ? -EDEADLK : 0);
+    CHECK_EQ(weft_group_wait(outer), 0);
+    weft_group_free(outer);
+  }
+  for (int i = 0; i < 2; i++)
+    CHECK(cross[i] = weft_group_new());
+  for (int i = 0; i < 2; i++)
+    CHECK(weft_group_spawn(cross[i], wait_cross, P(i)));
+  for (int i = 0; i < 2; i++) {
+    CHECK_EQ(weft_group_wait(cross[i]), 0);
+    weft_group_free(cross[i]);
+  }
+  CHECK_EQ(cross_rc[0], 0); /* it waited first */
+  CHECK_EQ(cross_rc[1], -EDEADLK);
+  return NULL;
+}
+
 static void *misuse_main(void *arg) {
   (void)arg;
   /* With its group waited for, and without. */
@@ -758,6 +818,7 @@ static void test_misuse(void) {
   CHECK_EQ(weft_loop_run(a), 0);
   weft_loop_free(a);
   run(misuse_main, NULL);
+  run(nested_deadlock_main, NULL);
 }
 
 /* ---- -ENOMEM from a deadline's timer ------------------------------------
