@@ -174,7 +174,10 @@ void weft_loop_stop(weft_loop *loop);
  * a future's done-callbacks, those a stop left) and timers not yet fired
  * are dropped without running. Call it on the loop's thread: called on another,
  * it frees nothing and says so on stderr (the loop's stacks are its thread's,
- * and an io_uring ring can only be waited on there). NULL is ignored. */
+ * and an io_uring ring can only be waited on there). NULL is ignored. Not
+ * in a child of fork(2) for a loop of the parent whose pool started a
+ * thread: it waits for ever to join threads the child does not have
+ * (docs/loop.md, "fork"). */
 void weft_loop_free(weft_loop *loop);
 
 /* The loop running on this thread; outside weft_loop_run, the last loop
