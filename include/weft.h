@@ -1069,7 +1069,9 @@ typedef struct weft_submit_opts {
 
 /* Runs fn(arg) on the loop's pool while the caller's task waits and the
  * other tasks keep running (seed 003's run_in_executor). 0 and *result
- * (result may be NULL); -ECANCELED or -ETIMEDOUT at once when the task is
+ * (result may be NULL: then a result delivered is dropped, and
+ * opts->release is not called, being for results nobody is there to
+ * take); -ECANCELED or -ETIMEDOUT at once when the task is
  * cancelled or its scope expires while it waits (fn still runs to the end;
  * its result goes to opts->release; arg must stay valid until then, so do
  * not point it into the caller's stack if the task may be cancelled; and
