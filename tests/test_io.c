@@ -275,11 +275,11 @@ static void *crowd_reader(void *arg) {
 static void *crowd_main(void *arg) {
   (void)arg;
   /* Fewer under valgrind, TSan (each task a fiber it follows), qemu
-   * (aarch64 runs there) and WEFT_SEED (each turn shuffles the 4,000
-   * woken), where each step costs far more. */
+   * (aarch64 runs there), the ucontext switch and WEFT_SEED (each turn
+   * shuffles the 4,000 woken), where each step costs far more. */
   int n = CROWD;
-#if defined(__aarch64__)
-  n = CROWD / 8;
+#if defined(__aarch64__) || defined(WEFT_CTX_UCONTEXT)
+  n = CROWD / 8; /* (ucontext: two sigprocmask calls a switch) */
 #endif
   if (RUNNING_ON_VALGRIND || CHECK_TSAN || check_seeded())
     n = CROWD / 8;
