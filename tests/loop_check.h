@@ -11,6 +11,17 @@
 
 #include "check.h"
 
+#include <string.h>
+
+/* 1 if a loop made now (WEFT_BACKEND, or the default) runs on io_uring. */
+static inline int check_loop_is_uring(void) {
+  weft_loop *probe = weft_loop_new(NULL);
+  CHECK(probe);
+  int ring = strcmp(weft_loop_backend(probe), "io_uring") == 0;
+  weft_loop_free(probe);
+  return ring;
+}
+
 /* Receives on fd (weft_recv, in as many pieces as it takes) until `want`
  * has come whole, and checks the bytes. */
 static inline void check_recv_exactly(int fd, const char *want) {
