@@ -14,7 +14,9 @@
  *    another task (and the number reused), returns -EBADF and writes
  *    nothing to the new file, also when weft had not seen the fd before;
  *  - recv with MSG_WAITALL gathers len bytes (or up to the end); on a
- *    SOCK_SEQPACKET socket it returns one record, as recv(2) does;
+ *    SOCK_SEQPACKET socket it returns one record, as recv(2) does; send
+ *    with MSG_WAITALL to a peer that reads nothing returns what fits, at
+ *    once, on every backend;
  *  - calls that are not about the queue of bytes answer at once whatever
  *    the last call left: a read of 0 bytes after EAGAIN, MSG_OOB with no
  *    urgent data (-EINVAL); an urgent byte is read, and the data around it
@@ -694,9 +696,25 @@ static void *waitall_main(void *arg) {
   CHECK_EQ(weft_scope_exit(&sc), 0);
   CHECK_EQ(weft_close(wa[0]), 0);
   CHECK_EQ(weft_close(wa[1]), 0);
+  /* A send's MSG_WAITALL means nothing, as to send(2): a peer that reads
+   * nothing gets what fits, at once (io_uring's kernel retried the short
+   * send and waited for the peer, here until the deadline). */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, wa), 0);
+  char *big = calloc(1, BIG);
+  CHECK(big);
+  weft_scope_enter(&sc, weft_now() + WEFT_SEC(2));
+  int64_t t0 = weft_now();
+  ssize_t n = weft_send(wa[1], big, BIG, MSG_WAITALL);
+  CHECK_GT(n, 0);
+  CHECK_LT(n, BIG);
+  CHECK_LT(weft_now() - t0, WEFT_SEC(1));
+  CHECK_EQ(weft_scope_exit(&sc), 0);
+  free(big);
+  CHECK_EQ(weft_close(wa[0]), 0);
+  CHECK_EQ(weft_close(wa[1]), 0);
   /* A number far past any fd is -EBADF at once, not a table grown to it
    * (gigabytes, or -ENOMEM). */
-  int64_t t0 = weft_now();
+  t0 = weft_now();
   CHECK_EQ(weft_read(100000000, buf, 1), -EBADF);
   CHECK_EQ(weft_wait_fd(2147483000, WEFT_READ), -EBADF);
   CHECK_LT(weft_now() - t0, WEFT_SEC(1));
