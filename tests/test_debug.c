@@ -161,17 +161,34 @@ static char *run_child(int which, const char *debug) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0); /* nothing buffered across fork */
-  char *out = run_child(0, "1");
-  CHECK(strstr(out, "(hog) ran "));
-  CHECK(strstr(out, " ms without yielding"));
+  /* A slice is measured on the wall clock, as it must be to catch a task
+   * that blocks the thread, so a child the machine's other work keeps off
+   * the CPU for 100 ms has a polite task reported too (seen with three
+   * copies of this test and a build on the 2 cores). A case that finds a
+   * report it should not runs again, up to 3 times in all: a real false
+   * report comes every time. */
+  char *out;
+  for (int tries = 1;; tries++) {
+    out = run_child(0, "1");
+    CHECK(strstr(out, "(hog) ran "));
+    CHECK(strstr(out, " ms without yielding"));
+    CHECK(strstr(out, "weft: SIGQUIT: the tasks of loop"));
+    CHECK(strstr(out, "napper")); /* the dump lists it, asleep */
+    CHECK(strstr(out, "timer in"));
+    if (!strstr(out, "(napper) ran") || tries == 3)
+      break;
+    free(out);
+  }
   CHECK(!strstr(out, "(napper) ran"));
-  CHECK(strstr(out, "weft: SIGQUIT: the tasks of loop"));
-  CHECK(strstr(out, "napper")); /* the dump lists it, asleep */
-  CHECK(strstr(out, "timer in"));
   free(out);
   printf("  slow task reported, SIGQUIT dump: ok\n");
 
-  out = run_child(1, "1");
+  for (int tries = 1;; tries++) {
+    out = run_child(1, "1");
+    if (!strstr(out, "without yielding") || tries == 3)
+      break;
+    free(out);
+  }
   CHECK(!strstr(out, "without yielding"));
   free(out);
   printf("  a task that yields often: not reported: ok\n");
