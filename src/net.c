@@ -123,7 +123,12 @@ static int socket_on(const char *host, int port, int type, int passive,
       continue; /* e.g. no IPv6 here: -EAFNOSUPPORT */
     }
     rc = ready(fd, ai->ai_addr, ai->ai_addrlen, arg);
-    if (rc >= 0 || rc == -ECANCELED || rc == -ETIMEDOUT)
+    if (rc >= 0 || rc == -ECANCELED)
+      break;
+    /* -ETIMEDOUT is the caller's deadline, which ends the walk, or the
+     * kernel's giving up on this address (its SYNs unanswered): then the
+     * next address is tried, as after a refusal. */
+    if (rc == -ETIMEDOUT && weft__running_task() && weft__checkpoint() < 0)
       break;
   }
   weft__unhold(&held.h);

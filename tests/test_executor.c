@@ -34,8 +34,10 @@
  *    program interposes getaddrinfo(3) for three names of its own (see
  *    "a resolver the test controls");
  *  - weft_tcp_listen / weft_tcp_connect / weft_udp_bind by name: bytes
- *    both ways, the fallback to the next address when the first refuses,
- *    every address refused, no such name, cancelled while resolving;
+ *    both ways, the fallback to the next address when the first refuses
+ *    or its SYNs go unanswered (the kernel's ETIMEDOUT; the caller's
+ *    deadline still ends the walk), every address refused, no such name,
+ *    cancelled while resolving;
  *  - files: open (O_CLOEXEC), write and read at offsets, past the end, a
  *    megabyte, fsync, close, -EBADF after close, -ENOENT, -EEXIST, -EISDIR;
  *    a cancelled read leaves the buffer untouched for good, a cancelled
@@ -69,6 +71,8 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/uio.h>
 #include <signal.h>
@@ -927,7 +931,14 @@ static void test_misuse(void) {
  *   weft-slow.test  127.0.0.1 after 200 ms, reading the name again after
  *                   the sleep (a caller that was cancelled has freed its
  *                   copy by then: valgrind sees a use after free if the
- *                   job did not copy it).
+ *                   job did not copy it);
+ *   weft-nosyn.test 127.0.0.1 at port nosyn_port (a listener that drops
+ *                   every SYN) then 127.0.0.1 at the service asked for.
+ *
+ * And socket(2), while syn_timeout is set, gives each TCP socket a short
+ * TCP_USER_TIMEOUT (and TCP_SYNCNT 1 for older kernels), so that a SYN
+ * nobody answers makes its connect fail with the kernel's ETIMEDOUT in
+ * about a second, not two minutes.
  *
  * It also records the thread of each call, to check that a lookup inside
  * a task leaves the loop's thread. Two lists are joined by linking the
@@ -942,13 +953,16 @@ static pthread_once_t real_gai_once = PTHREAD_ONCE_INIT;
 static int gai_calls, gai_on_main; /* atomics */
 static char slow_seen[64];         /* the slow name as read after the sleep */
 static int slow_done;              /* atomic: a slow lookup has slept */
+static char nosyn_port[8];         /* weft-nosyn.test's first port */
+static int syn_timeout;            /* atomic: socket() sets the timeouts */
 
 static void find_real_gai(void) {
   real_gai = (gai_fn)dlsym(RTLD_NEXT, "getaddrinfo");
 }
 
-static int gai_pair(const char *a, const char *b, const char *service,
-                    const struct addrinfo *hints, struct addrinfo **res) {
+static int gai_pair_at(const char *a, const char *service_a, const char *b,
+                       const char *service, const struct addrinfo *hints,
+                       struct addrinfo **res) {
   struct addrinfo h;
   memset(&h, 0, sizeof h);
   if (hints)
@@ -956,7 +970,7 @@ static int gai_pair(const char *a, const char *b, const char *service,
   h.ai_flags |= AI_NUMERICHOST;
   h.ai_family = AF_UNSPEC;
   struct addrinfo *ra = NULL, *rb = NULL;
-  int rc = real_gai(a, service, &h, &ra);
+  int rc = real_gai(a, service_a, &h, &ra);
   if (rc != 0)
     return rc;
   if ((rc = real_gai(b, service, &h, &rb)) != 0) {
@@ -971,6 +985,11 @@ static int gai_pair(const char *a, const char *b, const char *service,
   return 0;
 }
 
+static int gai_pair(const char *a, const char *b, const char *service,
+                    const struct addrinfo *hints, struct addrinfo **res) {
+  return gai_pair_at(a, service, b, service, hints, res);
+}
+
 int getaddrinfo(const char *node, const char *service,
                 const struct addrinfo *hints, struct addrinfo **res) {
   pthread_once(&real_gai_once, find_real_gai);
@@ -982,6 +1001,9 @@ int getaddrinfo(const char *node, const char *service,
     return gai_pair("::1", "127.0.0.1", service, hints, res);
   if (node && unspec && !strcmp(node, "weft-none.test"))
     return gai_pair("::1", "127.0.0.1", service, hints, res);
+  if (node && !strcmp(node, "weft-nosyn.test"))
+    return gai_pair_at("127.0.0.1", nosyn_port, "127.0.0.1", service, hints,
+                       res);
   if (node && !strcmp(node, "weft-slow.test")) {
     sleep_ns(WEFT_MS(200));
     snprintf(slow_seen, sizeof slow_seen, "%s", node);
@@ -989,6 +1011,28 @@ int getaddrinfo(const char *node, const char *service,
     node = "127.0.0.1";
   }
   return real_gai(node, service, hints, res);
+}
+
+typedef int (*socket_fn)(int, int, int);
+static socket_fn real_socket;
+static pthread_once_t real_socket_once = PTHREAD_ONCE_INIT;
+
+static void find_real_socket(void) {
+  real_socket = (socket_fn)dlsym(RTLD_NEXT, "socket");
+}
+
+int socket(int domain, int type, int protocol) {
+  pthread_once(&real_socket_once, find_real_socket);
+  int fd = real_socket(domain, type, protocol);
+  if (fd >= 0 && __atomic_load_n(&syn_timeout, __ATOMIC_ACQUIRE) &&
+      (domain == AF_INET || domain == AF_INET6) &&
+      (type & 0xf) == SOCK_STREAM) {
+    unsigned ms = 300;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
+    setsockopt(fd, IPPROTO_TCP, TCP_SYNCNT, &one, sizeof one);
+  }
+  return fd;
 }
 
 static int gai_calls_now(void) {
@@ -1336,6 +1380,62 @@ static void *tcp_dual_main(void *arg) {
   return NULL;
 }
 
+/* weft-nosyn.test's first address never answers the SYN: the kernel gives
+ * up on it with ETIMEDOUT, which is not the caller's deadline, and the
+ * second address is tried (the walk used to stop there and return
+ * -ETIMEDOUT). Inside a scope whose deadline is far: it is not met. */
+static void *nosyn_client(void *arg) {
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + LATE);
+  tcp_client(arg);
+  CHECK_EQ(weft_scope_exit(&sc), 0);
+  return NULL;
+}
+
+static void *tcp_nosyn_main(void *arg) {
+  (void)arg;
+  int full = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(full, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(bind(full, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(listen(full, 0), 0);
+  socklen_t al = sizeof a;
+  CHECK_EQ(getsockname(full, (struct sockaddr *)&a, &al), 0);
+  snprintf(nosyn_port, sizeof nosyn_port, "%d", ntohs(a.sin_port));
+  /* Its queue filled: the next SYN is dropped. */
+  int fill[2];
+  for (int i = 0; i < 2; i++) {
+    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    CHECK_GE(fill[i], 0);
+    int rc = connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    CHECK(rc == 0 || errno == EINPROGRESS);
+  }
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0);
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 0);
+  CHECK_GE(lfd, 0);
+  tcp_port = weft_sock_port(lfd);
+  /* The caller's deadline, met on the first address, still ends the walk:
+   * nothing reaches the second. */
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + WEFT_MS(100));
+  CHECK_EQ(weft_tcp_connect("weft-nosyn.test", tcp_port), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+  struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+  CHECK_EQ(poll(&pfd, 1, 0), 0);
+  __atomic_store_n(&syn_timeout, 1, __ATOMIC_RELEASE);
+  weft_task *t = weft_spawn(nosyn_client, "weft-nosyn.test");
+  CHECK(t);
+  serve_one(lfd);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  __atomic_store_n(&syn_timeout, 0, __ATOMIC_RELEASE);
+  CHECK_EQ(weft_close(lfd), 0);
+  close(fill[0]);
+  close(fill[1]);
+  close(full);
+  return NULL;
+}
+
 static void *tcp_errors_main(void *arg) {
   (void)arg;
   /* A port nobody listens on: every address refuses. */
@@ -1369,6 +1469,8 @@ static void test_tcp_names(void) {
   run("tcp by name", tcp_name_main, NULL);
   run("tcp connect falls back", tcp_fallback_main, NULL);
   run("tcp connect falls back, two addresses", tcp_dual_main, NULL);
+  run("tcp connect falls back after the kernel's timeout", tcp_nosyn_main,
+      NULL);
   run("tcp errors by name", tcp_errors_main, NULL);
   printf("  tcp by name: ok\n");
 }
