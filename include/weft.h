@@ -491,7 +491,8 @@ int weft_tcp_listen(const char *host, int port, int backlog);
  * connects; a refusal or the kernel's timeout (-ETIMEDOUT, SYNs
  * unanswered) moves on to the next, a cancellation or the caller's
  * deadline ends the walk. Returns the connected fd or a negative errno
- * (the last address's error; -ENOENT: no such name). */
+ * (the last address's error; -ENOENT: no such name; -EINVAL outside a
+ * task, at once). */
 int weft_tcp_connect(const char *host, int port);
 
 /* A UDP socket bound to host:port (port 0: any free port; host NULL or "":

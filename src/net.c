@@ -172,7 +172,9 @@ static int connect_ready(int fd, const struct sockaddr *addr, socklen_t len,
 }
 
 int weft_tcp_connect(const char *host, int port) {
-  if (!host || !*host)
+  /* Outside a task the connect could only fail: not after a lookup that
+   * blocks the thread. */
+  if (!host || !*host || !weft__running_task())
     return -EINVAL;
   return socket_on(host, port, SOCK_STREAM, 0, connect_ready, 0);
 }

@@ -28,7 +28,8 @@
  *  - misuse: outside a task, fn NULL, no loop;
  *  - weft_getaddrinfo: localhost, a numeric address, a name that cannot
  *    exist, an unknown service, both NULL, bad flags and family, outside
- *    a task (on the loop's thread) and inside one (never on it); a slow
+ *    a task (on the loop's thread; weft_tcp_connect there is -EINVAL with
+ *    no lookup) and inside one (never on it); a slow
  *    lookup lets the other tasks run; cancelled and expired lookups leak
  *    nothing and the job keeps its own copy of the name (valgrind). The
  *    program interposes getaddrinfo(3) for three names of its own (see
@@ -1225,6 +1226,11 @@ static void test_getaddrinfo(void) {
   res = NULL;
   CHECK_EQ(weft_getaddrinfo("localhost", "no-such-service-xyz", &hints, &res),
            -ENOENT);
+  /* A connect needs a task: -EINVAL at once, the name not looked up first
+   * (it was, blocking the thread for the lookup, then refused). */
+  int calls0 = gai_calls_now();
+  CHECK_EQ(weft_tcp_connect("localhost", 80), -EINVAL);
+  CHECK_EQ(gai_calls_now(), calls0);
   CHECK_EQ(weft_executor_pending(loop), 0);
   CHECK_EQ(weft_loop_run(loop), 0);
   weft_loop_free(loop);
