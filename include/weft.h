@@ -915,7 +915,9 @@ void weft_cond_init(weft_cond *c);
  * which case m is locked again all the same, as pthread_cond_wait does on
  * cancellation; -EDEADLK, the one return without m held, if the loop found
  * its tasks deadlocked while m was being locked again (the task holding m
- * can never give it back); -EPERM if the caller does not hold m; -EINVAL. */
+ * is cancelled at the same time, and may unlock m as it cleans up: to
+ * another task, or free, never to the caller, who must not unlock it);
+ * -EPERM if the caller does not hold m; -EINVAL. */
 int weft_cond_wait(weft_cond *c, weft_mutex *m);
 
 /* Wakes the first waiter, or every one. NULL is ignored. */
