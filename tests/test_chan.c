@@ -36,6 +36,10 @@
  *  - a 3-stage pipeline of 10,000 items: each value arrives once, in order;
  *  - weft_chan_free wakes the channel's waiters (a select's too) with
  *    -EPIPE;
+ *  - random sends, receives, try calls and selects by many tasks, with
+ *    cancellations, past deadlines, closes and frees mixed in (8 seeds):
+ *    an element whose send returned 0 is received exactly once (or still
+ *    buffered), one whose send failed never;
  *  - a select of 20 cases (more than it keeps on its stack): woken,
  *    cancelled, closed, ready;
  *  - misuse: NULL channel, elem_size 0, bad select cases (nothing
@@ -1602,6 +1606,180 @@ static void *free_main(void *arg) {
   return NULL;
 }
 
+/* ---- random operations: every element sent is received once ------------
+ * Tasks doing random sends, receives, try calls and selects on four
+ * channels (unbuffered and buffered), some inside a scope already past its
+ * deadline, while others cancel them, and close or free the channels (a
+ * closed one is replaced, drained at the end; a freed one is drained
+ * first). Each element carries a unique id: one whose send returned 0 is
+ * received exactly once (or drained), one whose send failed never. */
+#define RND_CHANS 4
+#define RND_TASKS 16
+#define RND_IDS   20000
+
+static struct {
+  weft_chan *c[RND_CHANS], *closed[RND_IDS / 8];
+  size_t nclosed;
+  weft_task *task[RND_TASKS];
+  uint64_t rng, next_id;
+  unsigned char sent[RND_IDS], failed[RND_IDS], got[RND_IDS];
+} rnd;
+
+static unsigned rnd_below(unsigned n) {
+  rnd.rng ^= rnd.rng << 13;
+  rnd.rng ^= rnd.rng >> 7;
+  rnd.rng ^= rnd.rng << 17;
+  return (unsigned)(rnd.rng % n);
+}
+
+static int64_t rnd_new_id(void) {
+  CHECK_LT(rnd.next_id, RND_IDS);
+  return (int64_t)rnd.next_id++;
+}
+
+static void rnd_sent(int64_t id, int rc) {
+  if (rc == 0)
+    rnd.sent[id] = 1;
+  else
+    rnd.failed[id] = 1;
+}
+
+static void rnd_received(int64_t id, int rc) {
+  if (rc < 0)
+    return;
+  CHECK(id > 0 && (uint64_t)id < rnd.next_id);
+  rnd.got[id]++;
+}
+
+static void rnd_select(void) {
+  weft_select_case k[3];
+  int64_t v[3];
+  size_t n = 1 + rnd_below(3);
+  for (size_t i = 0; i < n; i++) {
+    int send = (int)rnd_below(2);
+    v[i] = send ? rnd_new_id() : SENTINEL;
+    k[i] = (weft_select_case){rnd.c[rnd_below(RND_CHANS)],
+                              send ? WEFT_SEND : WEFT_RECV, &v[i], PENDING};
+  }
+  int r = weft_select(k, n, rnd_below(4) ? 0 : WEFT_NOWAIT);
+  for (size_t i = 0; i < n; i++) {
+    if ((int)i == r) {
+      if (k[i].op == WEFT_SEND)
+        rnd_sent(v[i], k[i].result);
+      else
+        rnd_received(v[i], k[i].result);
+      continue;
+    }
+    CHECK_EQ(k[i].result, PENDING); /* not performed */
+    if (k[i].op == WEFT_SEND)
+      rnd.failed[v[i]] = 1;
+    else
+      CHECK_EQ(v[i], SENTINEL);
+  }
+}
+
+static void *rnd_task(void *arg) {
+  size_t me = (size_t)(intptr_t)arg;
+  for (int i = 0, n = 10 + (int)rnd_below(40); i < n; i++) {
+    weft_scope s;
+    int past = rnd_below(8) == 0;
+    if (past)
+      weft_scope_enter(&s, weft_now() - 1);
+    weft_chan *c = rnd.c[rnd_below(RND_CHANS)];
+    int64_t v;
+    unsigned op = rnd_below(100);
+    if (op < 25) {
+      v = rnd_new_id();
+      rnd_sent(v, weft_chan_send(c, &v));
+    } else if (op < 50) {
+      int rc = weft_chan_recv(c, &v);
+      rnd_received(v, rc);
+    } else if (op < 58) {
+      v = rnd_new_id();
+      rnd_sent(v, weft_chan_try_send(c, &v));
+    } else if (op < 66) {
+      int rc = weft_chan_try_recv(c, &v);
+      rnd_received(v, rc);
+    } else if (op < 86) {
+      rnd_select();
+    } else if (op < 97) {
+      (void)weft_yield();
+    } else if (op < 99) {
+      size_t other = rnd_below(RND_TASKS);
+      if (other != me && rnd.task[other])
+        CHECK_EQ(weft_cancel(rnd.task[other]), 0);
+    } else {
+      size_t k = rnd_below(RND_CHANS);
+      size_t cap = weft_chan_cap(rnd.c[k]);
+      if (rnd_below(2) &&
+          rnd.nclosed < sizeof rnd.closed / sizeof *rnd.closed) {
+        weft_chan_close(rnd.c[k]); /* its waiters wake with -EPIPE */
+        rnd.closed[rnd.nclosed++] = rnd.c[k];
+      } else {
+        while (weft_chan_try_recv(rnd.c[k], &v) == 0) /* blocked senders too */
+          rnd_received(v, 0);
+        weft_chan_free(rnd.c[k]); /* its receivers wake with -EPIPE */
+      }
+      CHECK((rnd.c[k] = weft_chan_new(sizeof(int64_t), cap)));
+    }
+    if (past)
+      (void)weft_scope_exit(&s);
+    if (weft_yield() == -ECANCELED)
+      break;
+  }
+  rnd.task[me] = NULL;
+  return NULL;
+}
+
+static void *random_main(void *arg) {
+  (void)arg;
+  static const size_t caps[RND_CHANS] = {0, 0, 1, 3};
+  for (uint64_t seed = 1; seed <= 8; seed++) {
+    memset(&rnd, 0, sizeof rnd);
+    rnd.rng = seed * 0x9e3779b97f4a7c15u;
+    rnd.next_id = 1;
+    for (size_t k = 0; k < RND_CHANS; k++)
+      CHECK((rnd.c[k] = weft_chan_new(sizeof(int64_t), caps[k])));
+    for (int spawned = 0; spawned < 200;) {
+      int idle = 1;
+      for (size_t i = 0; i < RND_TASKS && spawned < 200; i++)
+        if (!rnd.task[i]) {
+          CHECK((rnd.task[i] = weft_spawn(rnd_task, P(i))));
+          spawned++;
+          idle = 0;
+        }
+      if (idle) /* every one blocked: cancel one */
+        CHECK_EQ(weft_cancel(rnd.task[rnd_below(RND_TASKS)]), 0);
+      settle();
+    }
+    for (size_t i = 0; i < RND_TASKS; i++)
+      if (rnd.task[i])
+        CHECK_EQ(weft_cancel(rnd.task[i]), 0);
+    settle();
+    for (size_t i = 0; i < RND_TASKS; i++)
+      CHECK(!rnd.task[i]);
+    int64_t v;
+    for (size_t k = 0; k < RND_CHANS; k++) {
+      while (weft_chan_try_recv(rnd.c[k], &v) == 0)
+        rnd_received(v, 0);
+      weft_chan_free(rnd.c[k]);
+    }
+    for (size_t k = 0; k < rnd.nclosed; k++) {
+      while (weft_chan_try_recv(rnd.closed[k], &v) == 0)
+        rnd_received(v, 0);
+      weft_chan_free(rnd.closed[k]);
+    }
+    size_t sent = 0;
+    for (uint64_t id = 1; id < rnd.next_id; id++) {
+      CHECK(!(rnd.sent[id] && rnd.failed[id]));
+      CHECK_EQ(rnd.got[id], rnd.sent[id]); /* once if sent, else never */
+      sent += rnd.sent[id];
+    }
+    CHECK_LT(1000, sent); /* the mix did send, a lot */
+  }
+  return NULL;
+}
+
 /* ---- misuse -------------------------------------------------------------- */
 static void *misuse_main(void *arg) {
   (void)arg;
@@ -1966,6 +2144,7 @@ int main(void) {
   RUN(select_fair_main);
   RUN(pipeline_main);
   RUN(free_main);
+  RUN(random_main);
   RUN(misuse_main);
   CHECK_SUBTEST(test_outside_task);
   CHECK_SUBTEST(test_foreign_loop);
