@@ -1687,24 +1687,24 @@ static void *rnd_task(void *arg) {
       weft_scope_enter(&s, weft_now() - 1);
     weft_chan *c = rnd.c[rnd_below(RND_CHANS)];
     int64_t v;
-    unsigned op = rnd_below(100);
-    if (op < 25) {
+    unsigned pick = rnd_below(100);
+    if (pick < 25) {
       v = rnd_new_id();
       rnd_sent(v, weft_chan_send(c, &v));
-    } else if (op < 50) {
+    } else if (pick < 50) {
       int rc = weft_chan_recv(c, &v);
       rnd_received(v, rc);
-    } else if (op < 58) {
+    } else if (pick < 58) {
       v = rnd_new_id();
       rnd_sent(v, weft_chan_try_send(c, &v));
-    } else if (op < 66) {
+    } else if (pick < 66) {
       int rc = weft_chan_try_recv(c, &v);
       rnd_received(v, rc);
-    } else if (op < 86) {
+    } else if (pick < 86) {
       rnd_select();
-    } else if (op < 97) {
+    } else if (pick < 97) {
       (void)weft_yield();
-    } else if (op < 99) {
+    } else if (pick < 99) {
       size_t other = rnd_below(RND_TASKS);
       if (other != me && rnd.task[other])
         CHECK_EQ(weft_cancel(rnd.task[other]), 0);
