@@ -611,6 +611,14 @@ int weft_go(void *(*fn)(void *), void *arg) {
   return 0;
 }
 
+/* Whether h, stale or not, is a task of a loop of this thread. The thread
+ * is asked first, from the record's loop, which never changes: the
+ * generation and state that record_of reads are the loop thread's, and
+ * another thread reading them races with its writes. */
+static bool on_its_thread(const weft_task *h) {
+  return h && weft__on_thread(address_of(h)->loop->thread);
+}
+
 static void undo_join(weft_task *joiner, void *arg) {
   weft_task *t = arg;
   (void)joiner;
@@ -619,9 +627,10 @@ static void undo_join(weft_task *joiner, void *arg) {
 }
 
 int weft_join(weft_task *h, void **result) {
+  if (!on_its_thread(h))
+    return -EINVAL;
   weft_task *t = record_of(h), *self = running_task();
-  if (!t || t == self || !weft__on_thread(t->loop->thread) ||
-      (t->flags & (TASK_DETACHED | TASK_JOINING)))
+  if (!t || t == self || (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   /* A cancellation point even when t is done (the handle stays then). */
   int rc = self ? weft__checkpoint() : 0;
@@ -650,9 +659,10 @@ int weft_join(weft_task *h, void **result) {
 }
 
 int weft_detach(weft_task *h) {
+  if (!on_its_thread(h))
+    return -EINVAL;
   weft_task *t = record_of(h);
-  if (!t || !weft__on_thread(t->loop->thread) ||
-      (t->flags & (TASK_DETACHED | TASK_JOINING)))
+  if (!t || (t->flags & (TASK_DETACHED | TASK_JOINING)))
     return -EINVAL;
   if (t->state == TASK_DONE)
     record_free(t->loop, t);
@@ -684,14 +694,9 @@ void weft__task_cancel(weft_task *t) {
 }
 
 int weft_cancel(weft_task *h) {
-  if (!h)
+  if (!on_its_thread(h))
     return -EINVAL;
-  /* The thread first, from the record's loop, which never changes: the
-   * generation and state are the loop thread's to read. */
-  weft_task *t = address_of(h);
-  if (!weft__on_thread(t->loop->thread))
-    return -EINVAL;
-  t = record_of(h);
+  weft_task *t = record_of(h);
   if (!t || t->state == TASK_DONE)
     return -ESRCH; /* a stale handle names a task that ended */
   weft__task_cancel(t);

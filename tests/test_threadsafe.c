@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -607,6 +608,53 @@ static void foreign_thread(void) {
   printf("  an unref without a reference: ignored: ok\n");
 }
 
+/* weft_join and weft_detach from another thread return -EINVAL: they used
+ * to read the record's state and generation before asking whose thread it
+ * was, racing with the loop thread that writes them as the task runs
+ * (ThreadSanitizer reported it; weft_cancel asks the thread first). The
+ * counter and flag are relaxed atomics, which order nothing, so the loop
+ * thread's writes around the other thread's calls stay unordered. */
+static weft_task *xt_task;
+static int xt_spins, xt_done, xt_join_rc, xt_detach_rc;
+
+static void *xt_spinner(void *arg) {
+  (void)arg;
+  while (!__atomic_load_n(&xt_done, __ATOMIC_RELAXED)) {
+    __atomic_fetch_add(&xt_spins, 1, __ATOMIC_RELAXED);
+    weft_yield();
+  }
+  return NULL;
+}
+
+static void *xt_thread(void *arg) {
+  (void)arg;
+  while (__atomic_load_n(&xt_spins, __ATOMIC_RELAXED) < 100)
+    sched_yield();
+  xt_join_rc = weft_join(xt_task, NULL);
+  xt_detach_rc = weft_detach(xt_task);
+  __atomic_store_n(&xt_done, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static int join_off_thread_main(void *arg) {
+  (void)arg;
+  xt_task = weft_spawn(xt_spinner, NULL);
+  CHECK(xt_task);
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, xt_thread, NULL), 0);
+  CHECK_EQ(weft_join(xt_task, NULL), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0);
+  CHECK_EQ(xt_join_rc, -EINVAL);
+  CHECK_EQ(xt_detach_rc, -EINVAL);
+  return 0;
+}
+
+static void join_off_thread(void) {
+  begin("join and detach from another thread");
+  CHECK_EQ(weft_main(join_off_thread_main, NULL), 0);
+  printf("  join and detach from another thread: refused: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   main_thread = pthread_self();
@@ -633,6 +681,7 @@ int main(void) {
   pool_jobs();
   free_off_thread();
   foreign_thread();
+  join_off_thread();
   alarm(0);
   CHECK_EQ(check_fd_count(), fds);
   struct rusage ru;
