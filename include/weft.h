@@ -476,9 +476,12 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 int weft_close(int fd);
 
 /* A listening TCP socket on host:port, with SO_REUSEADDR. host is a
- * numeric address ("127.0.0.1", "::1", "0.0.0.0", "::"; NULL or "" means
- * every IPv4 address) or a name, resolved with weft_getaddrinfo (on the
- * pool inside a task): the first of its addresses that binds is used.
+ * numeric address ("127.0.0.1", "::1" or "[::1]", "0.0.0.0", "::"; NULL or
+ * "" means every IPv4 address) or a name, resolved with weft_getaddrinfo
+ * (on the pool inside a task): the first of its addresses that binds is
+ * used. "::" leaves IPV6_V6ONLY as the system has it (Linux: off, so it
+ * takes IPv4 connections too, and a listener on "0.0.0.0" at the same port
+ * then fails with -EADDRINUSE).
  * port 0 picks a free port (weft_sock_port tells which). backlog <= 0 means
  * SOMAXCONN. Returns the fd or a negative errno (-ENOENT: no such name).
  * With a numeric address it does not block, so it may be called outside a
@@ -486,8 +489,8 @@ int weft_close(int fd);
 int weft_tcp_listen(const char *host, int port, int backlog);
 
 /* Connects to host:port with TCP_NODELAY. host is a numeric address (IPv4
- * or IPv6) or a name, resolved with weft_getaddrinfo: each address is
- * tried in turn, in the resolver's order (IPv6 and IPv4), until one
+ * or IPv6, bracketed or not) or a name, resolved with weft_getaddrinfo: each
+ * address is tried in turn, in the resolver's order (IPv6 and IPv4), until one
  * connects; a refusal or the kernel's timeout (-ETIMEDOUT, SYNs
  * unanswered) moves on to the next, a cancellation or the caller's
  * deadline ends the walk. Returns the connected fd or a negative errno
@@ -501,7 +504,9 @@ int weft_tcp_connect(const char *host, int port);
 int weft_udp_bind(const char *host, int port);
 
 /* A listening Unix stream socket at `path` (an existing socket file there
- * is not removed: -EADDRINUSE). Returns the fd or a negative errno. */
+ * is not removed: -EADDRINUSE). path is a file's path, of at most 107
+ * bytes (-ENAMETOOLONG), never an abstract name: "@name" is a file named
+ * so. Returns the fd or a negative errno. */
 int weft_unix_listen(const char *path, int backlog);
 
 /* Connects to the Unix stream socket at `path`. When the listener's

@@ -17,8 +17,22 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* "[::1]", as URLs write an IPv6 address, is "::1"; copied to buf (of
+ * INET6_ADDRSTRLEN bytes). Returns NULL if host is not bracketed, or does
+ * not fit. */
+static const char *unbracket(const char *host, char *buf) {
+  size_t n = host ? strlen(host) : 0;
+  if (n < 2 || host[0] != '[' || host[n - 1] != ']' ||
+      n - 2 >= INET6_ADDRSTRLEN)
+    return NULL;
+  memcpy(buf, host + 1, n - 2);
+  buf[n - 2] = '\0';
+  return buf;
+}
+
 /* A numeric host and a port as a socket address. NULL or "" is every IPv4
- * address. Returns 0 or -EINVAL. */
+ * address; an IPv6 address may be bracketed ("[::1]"). Returns 0, or
+ * -EINVAL if host is not numeric. */
 static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
                       socklen_t *len) {
   if (port < 0 || port > 65535)
@@ -26,7 +40,13 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
   memset(ss, 0, sizeof *ss);
   struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
   struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-  if (!host || !*host) {
+  char v6[INET6_ADDRSTRLEN];
+  const char *inner = unbracket(host, v6);
+  if (inner) {
+    if (inet_pton(AF_INET6, inner, &in6->sin6_addr) != 1)
+      return -EINVAL;
+    in6->sin6_family = AF_INET6;
+  } else if (!host || !*host) {
     in4->sin_family = AF_INET;
     in4->sin_addr.s_addr = htonl(INADDR_ANY);
   } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
@@ -102,7 +122,8 @@ static int socket_on(const char *host, int port, int type, int passive,
     int fd = new_socket(ss.ss_family, type);
     return fd < 0 ? fd : ready(fd, (struct sockaddr *)&ss, len, arg);
   }
-  if (port < 0 || port > 65535)
+  /* Brackets hold an IPv6 address, never a name to look up. */
+  if (port < 0 || port > 65535 || host[0] == '[')
     return -EINVAL;
   char service[8];
   snprintf(service, sizeof service, "%d", port);

@@ -2,7 +2,8 @@
  * Sockets on loopback (run once per backend).
  *
  *  - TCP over IPv4 and IPv6: listen on port 0, connect, accept with the
- *    peer's address printed as Python does, echo both ways;
+ *    peer's address printed as Python does, echo both ways; "[::1]" is
+ *    ::1, and brackets around anything else are -EINVAL;
  *  - 200 clients at once against one accepting task, each checked;
  *  - errors: refused, address in use, a host that is not numeric, a bad
  *    port, Unix paths too long, missing or taken;
@@ -92,11 +93,37 @@ static int have_ipv6(void) {
   return ok;
 }
 
+/* An IPv6 address in brackets, as URLs write it, is the address; brackets
+ * around anything else are -EINVAL at once, never a name to look up. */
+static void *bracketed(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("[::1]", 0, 0);
+  CHECK_GE(lfd, 0);
+  int c = weft_tcp_connect("[::1]", weft_sock_port(lfd));
+  CHECK_GE(c, 0);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  int s = weft_accept(lfd, (struct sockaddr *)&ss, &len);
+  CHECK_GE(s, 0);
+  CHECK_EQ(ss.ss_family, AF_INET6);
+  CHECK_EQ(weft_close(s), 0);
+  CHECK_EQ(weft_close(c), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  static const char *const bad[] = {"[127.0.0.1]", "[::1", "[]", "[localhost]",
+                                    "[::1]:80"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK_EQ(weft_tcp_connect(bad[i], 80), -EINVAL);
+    CHECK_EQ(weft_tcp_listen(bad[i], 0, 0), -EINVAL);
+  }
+  return NULL;
+}
+
 static void test_tcp(void) {
   check_run(tcp_client, "127.0.0.1");
-  if (have_ipv6())
+  if (have_ipv6()) {
     check_run(tcp_client, "::1");
-  else
+    check_run(bracketed, NULL);
+  } else
     printf("no IPv6 loopback here: the ::1 case is skipped\n");
 }
 
