@@ -704,12 +704,12 @@ int weft_cancel(weft_task *h) {
 }
 
 uint64_t weft_task_id(const weft_task *h) {
-  weft_task *t = record_of(h);
+  weft_task *t = on_its_thread(h) ? record_of(h) : NULL;
   return t ? t->id : 0;
 }
 
 const char *weft_task_name(const weft_task *h) {
-  weft_task *t = record_of(h);
+  weft_task *t = on_its_thread(h) ? record_of(h) : NULL;
   return t ? t->name : NULL;
 }
 

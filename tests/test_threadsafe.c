@@ -608,7 +608,8 @@ static void foreign_thread(void) {
   printf("  an unref without a reference: ignored: ok\n");
 }
 
-/* weft_join and weft_detach from another thread return -EINVAL: they used
+/* weft_join and weft_detach from another thread return -EINVAL, and
+ * weft_task_id and weft_task_name 0 and NULL: they used
  * to read the record's state and generation before asking whose thread it
  * was, racing with the loop thread that writes them as the task runs
  * (ThreadSanitizer reported it; weft_cancel asks the thread first). The
@@ -616,6 +617,8 @@ static void foreign_thread(void) {
  * thread's writes around the other thread's calls stay unordered. */
 static weft_task *xt_task;
 static int xt_spins, xt_done, xt_join_rc, xt_detach_rc;
+static uint64_t xt_id;
+static const char *xt_name = "unset";
 
 static void *xt_spinner(void *arg) {
   (void)arg;
@@ -632,13 +635,16 @@ static void *xt_thread(void *arg) {
     sched_yield();
   xt_join_rc = weft_join(xt_task, NULL);
   xt_detach_rc = weft_detach(xt_task);
+  xt_id = weft_task_id(xt_task);
+  xt_name = weft_task_name(xt_task);
   __atomic_store_n(&xt_done, 1, __ATOMIC_RELAXED);
   return NULL;
 }
 
 static int join_off_thread_main(void *arg) {
   (void)arg;
-  xt_task = weft_spawn(xt_spinner, NULL);
+  weft_task_opts o = {.name = "spinner"};
+  xt_task = weft_spawn_opts(xt_spinner, NULL, &o);
   CHECK(xt_task);
   pthread_t th;
   CHECK_EQ(pthread_create(&th, NULL, xt_thread, NULL), 0);
@@ -646,13 +652,15 @@ static int join_off_thread_main(void *arg) {
   CHECK_EQ(pthread_join(th, NULL), 0);
   CHECK_EQ(xt_join_rc, -EINVAL);
   CHECK_EQ(xt_detach_rc, -EINVAL);
+  CHECK_EQ(xt_id, 0); /* nor its id and name */
+  CHECK(xt_name == NULL);
   return 0;
 }
 
 static void join_off_thread(void) {
-  begin("join and detach from another thread");
+  begin("join, detach, id and name from another thread");
   CHECK_EQ(weft_main(join_off_thread_main, NULL), 0);
-  printf("  join and detach from another thread: refused: ok\n");
+  printf("  join, detach, id and name from another thread: refused: ok\n");
 }
 
 int main(void) {
