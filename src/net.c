@@ -148,9 +148,14 @@ static int socket_on(const char *host, int port, int type, int passive,
       break;
     /* -ETIMEDOUT is the caller's deadline, which ends the walk, or the
      * kernel's giving up on this address (its SYNs unanswered): then the
-     * next address is tried, as after a refusal. */
-    if (rc == -ETIMEDOUT && weft__running_task() && weft__checkpoint() < 0)
+     * next address is tried, as after a refusal. A cancellation that came
+     * meanwhile ends it too, and is what the call returns. */
+    int stop;
+    if (rc == -ETIMEDOUT && weft__running_task() &&
+        (stop = weft__checkpoint()) < 0) {
+      rc = stop;
       break;
+    }
   }
   weft__unhold(&held.h);
   freeaddrinfo(res);
