@@ -1145,9 +1145,7 @@ static void *gai_main(void *arg) {
   return NULL;
 }
 
-/* A lookup that takes 200 ms: the other tasks run meanwhile; cancelled in
- * the middle, it returns at once, while the lookup goes on with its own
- * copy of the name (the caller's is freed at once) and frees its list. */
+/* A lookup that takes 200 ms: the other tasks run meanwhile. */
 static void *gai_slow_main(void *arg) {
   (void)arg;
   struct addrinfo hints, *res = NULL;
@@ -1163,7 +1161,24 @@ static void *gai_slow_main(void *arg) {
   CHECK_GE(ticks, 3);
   ticking = 0;
   CHECK_EQ(weft_join(t, NULL), 0);
+  return NULL;
+}
 
+/* The slow lookup cancelled in the middle (after 20 ms): it returns at
+ * once, while the lookup goes on with its own copy of the name (the
+ * caller's is freed at once) and frees its list. A run in which the
+ * canceller did not run until the lookup's 200 ms had passed (the process
+ * held off the CPU that long: the lookup's result and the cancel then come
+ * in one turn, and either may win) tests nothing, and says so
+ * (slow_late); one whose cancel came in time must have the call end with
+ * -ECANCELED before the lookup, as a call that ignored it would not. */
+static int slow_late;
+
+static void *gai_slow_cancel_main(void *arg) {
+  (void)arg;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
   char *name = strdup("weft-slow.test");
   CHECK(name);
   slow_seen[0] = '\0';
@@ -1171,11 +1186,22 @@ static void *gai_slow_main(void *arg) {
   cancel_req c;
   cancel_me_after(&c, WEFT_MS(20));
   res = NULL;
-  CHECK_EQ(weft_getaddrinfo(name, "80", &hints, &res), -ECANCELED);
-  CHECK(!__atomic_load_n(&slow_done, __ATOMIC_ACQUIRE)); /* at once */
-  CHECK(res == NULL);
+  int64_t t0 = weft_now();
+  int rc = weft_getaddrinfo(name, "80", &hints, &res);
+  int done = __atomic_load_n(&slow_done, __ATOMIC_ACQUIRE);
   memset(name, 'X', strlen(name));
   free(name);
+  slow_late = !c.at || c.at - t0 >= WEFT_MS(200);
+  if (slow_late) {
+    if (rc == 0)
+      freeaddrinfo(res);
+    while (!c.at) /* c is on this stack: the canceller is done with it */
+      (void)weft_yield();
+    return NULL;
+  }
+  CHECK_EQ(rc, -ECANCELED);
+  CHECK(!done); /* at once */
+  CHECK(res == NULL);
   return NULL;
 }
 
@@ -1209,6 +1235,16 @@ static void test_getaddrinfo(void) {
   run("getaddrinfo", gai_main, NULL);
   run("getaddrinfo cancelled", gai_cancel_main, NULL);
   run("getaddrinfo, a slow lookup", gai_slow_main, NULL);
+  /* Seen to fail (the cancelled lookup returned 0) with the process
+   * stopped for 1-150 ms after every 1-30 ms of running (1 run in 3): a
+   * late run goes again, up to 3 times in all. */
+  for (int tries = 1; tries <= 3; tries++) {
+    run("getaddrinfo, a slow lookup cancelled", gai_slow_cancel_main, NULL);
+    if (!slow_late)
+      break;
+    printf("  (the slow lookup had ended when its cancelled call returned%s)\n",
+           tries < 3 ? ": again" : ": not checked");
+  }
   CHECK_STR_EQ(slow_seen, "weft-slow.test"); /* the job's own copy */
 
   /* Outside a task: getaddrinfo directly. */
