@@ -193,6 +193,7 @@ typedef struct job {
   int finished;     /* atomic */
   pthread_t thread; /* the worker it ran on (valid once started) */
   int all_blocked;  /* every signal we look at was blocked in it */
+  int *until;       /* after the sleep, wait (10 s at most) for it to be set */
 } job;
 
 static void job_init(job *j, int64_t sleep, void *ret) {
@@ -220,6 +221,11 @@ static void *job_fn(void *arg) {
   __atomic_store_n(&j->started, 1, __ATOMIC_RELEASE);
   if (j->sleep > 0)
     sleep_ns(j->sleep);
+  for (int i = 0; j->until && i < 10000; i++) {
+    if (__atomic_load_n(j->until, __ATOMIC_ACQUIRE))
+      break;
+    sleep_ns(WEFT_MS(1));
+  }
   __atomic_store_n(&j->finished, 1, __ATOMIC_RELEASE);
   return j->ret;
 }
@@ -301,7 +307,7 @@ static void *ticker(void *arg) {
   (void)arg;
   while (ticking) {
     CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
-    ticks++;
+    __atomic_add_fetch(&ticks, 1, __ATOMIC_RELEASE); /* job.until reads it */
   }
   return NULL;
 }
@@ -310,6 +316,13 @@ static void *basic_main(void *arg) {
   (void)arg;
   job j;
   job_init(&j, WEFT_MS(100), P(1234));
+  /* fn ends only once the ticker has ticked (or after 10 s): a process
+   * held off the CPU for the whole 100 ms had fn's completion and the
+   * ticker's timers come due in one turn, main first (ticks >= 1 failed:
+   * 0 vs 1, 2 of 3 runs on poll stopped by SIGSTOP for 1-150 ms after
+   * every 1-30 ms of running). A loop that stood still while fn ran still
+   * fails, after the 10 s. */
+  j.until = &ticks;
   ticking = 1;
   ticks = 0;
   weft_task *t = weft_spawn(ticker, NULL);
