@@ -1728,11 +1728,18 @@ static void *file_cancel_close_main(void *arg) {
  * kept busy for 250 ms, so the write waits in the queue meanwhile. */
 static char path_b[160];
 static int deferred_fd = -1;
+static int busy_release; /* atomic: the busy job may end (after its 250 ms) */
 
 static void *deferred_close_main(void *arg) {
   int stop = arg != NULL;
   static job busy; /* it outlives the task */
   job_init(&busy, WEFT_MS(250), NULL);
+  /* Held until the checks below are done: a process kept off the CPU past
+   * the 250 ms had the write run before the 20 ms deadline was met
+   * (weft_file_write(...) == -110 failed: 4 vs -110, 1 of 3 runs on poll
+   * stopped by SIGSTOP for 1-150 ms after every 1-30 ms of running). */
+  __atomic_store_n(&busy_release, 0, __ATOMIC_RELEASE);
+  busy.until = &busy_release;
   int fd = weft_file_open(path, O_CREAT | O_RDWR | O_TRUNC, 0600);
   CHECK_GE(fd, 0);
   weft_future *f = weft_submit(job_fn, &busy);
@@ -1748,6 +1755,7 @@ static void *deferred_close_main(void *arg) {
   CHECK_GE(other, 0);
   CHECK_NE(other, fd); /* the number is still taken */
   CHECK_EQ(close(other), 0);
+  __atomic_store_n(&busy_release, 1, __ATOMIC_RELEASE);
   deferred_fd = fd;
   if (stop)
     weft_loop_stop(weft_loop_current());
