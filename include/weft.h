@@ -582,7 +582,12 @@ int weft_stream_flush(weft_stream *s);
 int weft_stream_fd(const weft_stream *s);
 
 /* Flushes, closes the fd and frees the stream (all of them, even if the
- * flush fails). Returns 0 or the first error. NULL is ignored. Calls of
+ * flush fails). Returns 0 or the first error. NULL is ignored. The flush
+ * waits, as a write does, for as long as the peer takes to read, bounded
+ * only by the caller's scopes: after a deadline cut a call short, close
+ * the stream inside that scope (the flush then fails at once with
+ * -ETIMEDOUT and the fd is closed all the same); outside it, a peer that
+ * has stopped reading keeps the close waiting for ever. Calls of
  * other tasks waiting on s end with -EBADF (a write in flight: close does
  * not flush, what was queued is dropped, and a write that had sent part
  * of its bytes returns that short count) and s is freed once they have
@@ -1153,13 +1158,13 @@ int weft_getaddrinfo(const char *node, const char *service,
  * -EBADF for an fd < 0 (whatever the offset), -ESPIPE for a read or write on a
  * pipe or socket (as pread; fsync there gives fsync's own -EINVAL), -ENOMEM,
  * -EAGAIN (no worker thread could be started). A cancelled open closes the fd
- * it got; a cancelled close still closes. The calls of a cancelled read or
- * write still run on the pool: weft_file_close of an fd with such calls in
- * flight returns at once (0, or -ECANCELED for a cancelled task) and closes the
- * fd when the last of them has ended, so its number is not reused before (close
- * files with weft_file_close, not weft_close). weft_file_close's -ENOMEM (no
- * job could be had) leaves the fd open, for the caller to close or to try
- * again.
+ * it got; a cancelled (or timed-out) close still closes. The calls of a
+ * cancelled read or write still run on the pool: weft_file_close of an fd with
+ * such calls in flight returns at once (0, or -ECANCELED for a cancelled task)
+ * and closes the fd when the last of them has ended, so its number is not
+ * reused before (close files with weft_file_close, not weft_close).
+ * weft_file_close's -ENOMEM (no job could be had) leaves the fd open, for the
+ * caller to close or to try again.
  *
  * On epoll and poll a read of at most 128 KiB first takes what the page
  * cache holds, on the loop's thread (preadv2 with RWF_NOWAIT, which never
