@@ -11,7 +11,10 @@
 
 #include "check.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* 1 if a loop made now (WEFT_BACKEND, or the default) runs on io_uring. */
 static inline int check_loop_is_uring(void) {
@@ -20,6 +23,30 @@ static inline int check_loop_is_uring(void) {
   int ring = strcmp(weft_loop_backend(probe), "io_uring") == 0;
   weft_loop_free(probe);
   return ring;
+}
+
+/* A listener on 127.0.0.1 whose accept queue is full, so that the kernel
+ * drops every SYN that comes next: its fd, its port in *port, and the two
+ * connections that fill it in fill (close all three when done). Blocks the
+ * thread 20 ms while their handshakes end. */
+static inline int check_full_listener(int fill[2], int *port) {
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(lfd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(listen(lfd, 0), 0);
+  socklen_t al = sizeof a;
+  CHECK_EQ(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+  *port = ntohs(a.sin_port);
+  for (int i = 0; i < 2; i++) {
+    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    CHECK_GE(fill[i], 0);
+    int rc = connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    CHECK(rc == 0 || errno == EINPROGRESS);
+  }
+  usleep(20000);
+  return lfd;
 }
 
 /* Receives on fd (weft_recv, in as many pieces as it takes) until `want`

@@ -1458,24 +1458,9 @@ static void *nosyn_client(void *arg) {
 
 static void *tcp_nosyn_main(void *arg) {
   (void)arg;
-  int full = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CHECK_GE(full, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK_EQ(bind(full, (struct sockaddr *)&a, sizeof a), 0);
-  CHECK_EQ(listen(full, 0), 0);
-  socklen_t al = sizeof a;
-  CHECK_EQ(getsockname(full, (struct sockaddr *)&a, &al), 0);
-  snprintf(nosyn_port, sizeof nosyn_port, "%d", ntohs(a.sin_port));
-  /* Its queue filled: the next SYN is dropped. */
-  int fill[2];
-  for (int i = 0; i < 2; i++) {
-    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    CHECK_GE(fill[i], 0);
-    int rc = connect(fill[i], (struct sockaddr *)&a, sizeof a);
-    CHECK(rc == 0 || errno == EINPROGRESS);
-  }
-  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0);
+  int fill[2], full_port;
+  int full = check_full_listener(fill, &full_port);
+  snprintf(nosyn_port, sizeof nosyn_port, "%d", full_port);
   int lfd = weft_tcp_listen("127.0.0.1", 0, 0);
   CHECK_GE(lfd, 0);
   tcp_port = weft_sock_port(lfd);

@@ -548,23 +548,8 @@ static void *dropped_name_connect(void *arg) {
 }
 
 static void test_connect_dropped_name(void) {
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CHECK_GE(lfd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK_EQ(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-  CHECK_EQ(listen(lfd, 0), 0);
-  socklen_t al = sizeof a;
-  CHECK_EQ(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
-  dn_port = ntohs(a.sin_port);
   int fill[2];
-  for (int i = 0; i < 2; i++) {
-    fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    CHECK_GE(fill[i], 0);
-    int rc = connect(fill[i], (struct sockaddr *)&a, sizeof a);
-    CHECK(rc == 0 || errno == EINPROGRESS);
-  }
-  usleep(20000);
+  int lfd = check_full_listener(fill, &dn_port);
   int fds = check_fd_count();
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
