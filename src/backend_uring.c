@@ -287,12 +287,8 @@ static int uring_init(weft_loop *loop) {
     weft__free(st);
     return rc;
   }
-  if ((rc = probe_ring(&st->ring, &p)) < 0) {
-    io_uring_queue_exit(&st->ring);
-    weft__free(st);
-    return rc;
-  }
-  if ((rc = enter_once(&st->ring)) < 0) {
+  if ((rc = probe_ring(&st->ring, &p)) < 0 ||
+      (rc = enter_once(&st->ring)) < 0) {
     io_uring_queue_exit(&st->ring);
     weft__free(st);
     return rc;
@@ -1390,6 +1386,9 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
      * recv, joining records until the buffer is full, where recv(2)
      * returns one record. */
     int rflags = flags & FD_STREAM ? op->flags : op->flags & ~MSG_WAITALL;
+    /* A send's MSG_WAITALL would have the kernel retry a short send until
+     * all went out; send(2), and so epoll and poll, ignore it. */
+    int sflags = (op->flags & ~MSG_WAITALL) | MSG_NOSIGNAL;
     struct io_uring_sqe *sqe = get_sqe(loop, st);
     struct iovec iov; /* recvfrom, sendto only */
     struct msghdr msg;
@@ -1406,10 +1405,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       break;
     case OP_RECV: io_uring_prep_recv(sqe, fd, op->buf, len, rflags); break;
     case OP_SEND:
-      /* MSG_WAITALL would have the kernel retry a short send until all
-       * went out; send(2), and so epoll and poll, ignore it. */
-      io_uring_prep_send(sqe, fd, op->buf, len,
-                         (op->flags & ~MSG_WAITALL) | MSG_NOSIGNAL);
+      io_uring_prep_send(sqe, fd, op->buf, len, sflags);
       break;
     case OP_RECVFROM:
       msghdr_for(&msg, &iov, op->buf, len);
@@ -1421,8 +1417,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       msghdr_for(&msg, &iov, op->buf, len);
       msg.msg_name = op->addr;
       msg.msg_namelen = op->addr ? op->addrlen_in : 0;
-      io_uring_prep_sendmsg(
-          sqe, fd, &msg, (unsigned)(op->flags & ~MSG_WAITALL) | MSG_NOSIGNAL);
+      io_uring_prep_sendmsg(sqe, fd, &msg, (unsigned)sflags);
       break;
     case OP_ACCEPT:
       io_uring_prep_accept(sqe, fd, op->addr, op->addrlen,

@@ -149,10 +149,10 @@ static int socket_on(const char *host, int port, int type, int passive,
     /* -ETIMEDOUT is the caller's deadline, which ends the walk, or the
      * kernel's giving up on this address (its SYNs unanswered): then the
      * next address is tried, as after a refusal. A cancellation that came
-     * meanwhile ends it too, and is what the call returns. */
+     * meanwhile ends it too, and is what the call returns. (Only a
+     * connect, which runs in a task, gives -ETIMEDOUT.) */
     int stop;
-    if (rc == -ETIMEDOUT && weft__running_task() &&
-        (stop = weft__checkpoint()) < 0) {
+    if (rc == -ETIMEDOUT && (stop = weft__checkpoint()) < 0) {
       rc = stop;
       break;
     }
