@@ -149,7 +149,8 @@ weft_loop *weft_loop_new(const weft_config *cfg);
 /* Runs the loop until no task, callback, timer or wait is left, or until
  * weft_loop_stop. Must be called on the thread that created the loop, and
  * not from inside a task. Returns 0 when the loop ran out of work, 1 when it
- * was stopped, -EINVAL on misuse (nested run, wrong thread); -EDEADLK if
+ * was stopped, -EINVAL on misuse (nested run, wrong thread, a child of
+ * fork(2) running its parent's loop: docs/loop.md, "fork"); -EDEADLK if
  * tasks were deadlocked and cancelling them woke none of them; the
  * backend's negative errno if waiting for events failed. */
 int weft_loop_run(weft_loop *loop);
@@ -174,10 +175,10 @@ void weft_loop_stop(weft_loop *loop);
  * a future's done-callbacks, those a stop left) and timers not yet fired
  * are dropped without running. Call it on the loop's thread: called on another,
  * it frees nothing and says so on stderr (the loop's stacks are its thread's,
- * and an io_uring ring can only be waited on there). NULL is ignored. Not
- * in a child of fork(2) for a loop of the parent whose pool started a
- * thread: it waits for ever to join threads the child does not have
- * (docs/loop.md, "fork"). */
+ * and an io_uring ring can only be waited on there). NULL is ignored. In a
+ * child of fork(2), a loop of the parent is not freed either (the same
+ * message): its pool's threads are not there to join (docs/loop.md,
+ * "fork"). */
 void weft_loop_free(weft_loop *loop);
 
 /* The loop running on this thread; outside weft_loop_run, the last loop

@@ -43,6 +43,8 @@ int weft__thread_loop_alive(uint64_t id) {
   return 0;
 }
 
+void weft__thread_loops_forget(void) { thread_loops = NULL; }
+
 void weft__thread_loop_remove(weft_loop *loop) {
   for (weft_loop **p = &thread_loops; *p; p = &(*p)->next_on_thread)
     if (*p == loop) {

@@ -534,6 +534,8 @@ void weft__timer_seq_set(weft_loop *loop, uint32_t seq);
 int64_t weft__real_now(void);
 void weft__thread_loop_add(weft_loop *loop);
 void weft__thread_loop_remove(weft_loop *loop);
+/* A child of fork(2): the parent's loops are not the thread's any more. */
+void weft__thread_loops_forget(void);
 /* Whether the loop of that id is one of this thread's and not yet freed. */
 int weft__thread_loop_alive(uint64_t id);
 

@@ -235,7 +235,29 @@ static void use_backend(weft_loop *loop, const weft__backend *backend) {
   loop->per_wait = backend->per_wait;
 }
 
+/* A child of fork(2) has copies of its parent's loops that are not its
+ * own: their pools' threads are not in the child, and their epoll sets,
+ * eventfds and rings are still the parent's. So the child's thread is
+ * taken for a new one: a fresh token, with which every call on those loops
+ * and their objects is refused as from another thread (weft_loop_free of
+ * one frees nothing, rather than wait for ever to join the pool's threads),
+ * and no loops of its own yet. A loop running in the thread that forked
+ * stops as soon as the task or callback that forked is done, and its
+ * weft_loop_run returns -EINVAL: the parent's other tasks do not run on in
+ * the child. (posix_spawn, system and popen run no fork handlers; they
+ * need none.) */
+static void forked_child(void) {
+  weft__thread_token_now = 0;
+  weft__thread_loops_forget();
+  if (weft__loop_running)
+    weft__loop_running->stop = 1;
+}
+
+static void watch_forks(void) { pthread_atfork(NULL, NULL, forked_child); }
+
 weft_loop *weft_loop_new(const weft_config *cfg) {
+  static pthread_once_t forks_once = PTHREAD_ONCE_INIT;
+  pthread_once(&forks_once, watch_forks);
   const char *name =
       cfg && cfg->backend ? cfg->backend : getenv("WEFT_BACKEND");
   const weft__backend *backend = backend_named(name);
@@ -318,8 +340,8 @@ void weft_loop_free(weft_loop *loop) {
    * thread, the loop is left as it is (and nothing of it is read: it may
    * be running there). */
   if (!weft__on_thread(loop->thread)) {
-    fprintf(stderr, "weft: weft_loop_free called off the loop's thread: "
-                    "the loop is not freed\n");
+    fprintf(stderr, "weft: weft_loop_free called off the loop's thread "
+                    "(or in a child of fork(2)): the loop is not freed\n");
     return;
   }
   if (loop->running)
@@ -629,6 +651,11 @@ int weft_loop_run(weft_loop *loop) {
   if (debug) /* (a weft_signal_wait for SIGQUIT closes it: signal.c) */
     quit_open(loop);
   int rc = run_turns(loop);
+  if (!weft__on_thread(loop->thread)) { /* forked_child stopped it */
+    fprintf(stderr, "weft: a child of fork(2) does not run its parent's "
+                    "loop: weft_loop_run returns -EINVAL\n");
+    rc = -EINVAL;
+  }
   loop->stop = 0; /* a stop is for the run it ends */
   loop->running = 0;
   weft__loop_running = NULL;
@@ -669,7 +696,8 @@ int weft_main(int (*fn)(void *), void *arg) {
   }
   weft_detach(t);
   int rc = weft_loop_run(loop);
-  weft_loop_free(loop);
+  if (weft__on_thread(loop->thread)) /* not in a child of fork(2) */
+    weft_loop_free(loop);
   if (rc < 0)
     return rc;
   /* Stopped (weft_loop_stop) before fn returned: it has no value. */
