@@ -993,7 +993,13 @@ int weft_event_wait(weft_event *e);
  * each mailbox holds a message or two, however long they run. The one
  * exception keeps the seed's order: it does not yield when the next task
  * to run is an actor whose oldest message was sent after its own (each
- * message is numbered as it is queued, across the loop's actors).
+ * message is numbered as it is queued, across the loop's actors). A
+ * message taken without yielding (that exception, or no other task ready)
+ * counts as one of the loop turn's hand-offs: once they are used up, recv
+ * yields anyway, so an actor working through a backlog lets the loop run
+ * its timers, callbacks and I/O every few dozen messages. Back from a
+ * yield, it yields again while the next task is an actor with an older
+ * message, so the order survives the turns a backlog is cut into.
  */
 typedef struct weft_actor weft_actor;
 

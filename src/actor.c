@@ -510,6 +510,12 @@ static int yields_to(const weft_actor *a, const weft_task *next) {
   return !b || !b->len || b->ring[b->head].seq < a->ring[a->head].seq;
 }
 
+/* Whether `next` is an actor whose oldest message was sent before a's. */
+static int older_first(const weft_actor *a, const weft_task *next) {
+  const weft_actor *b = next->on_exit == actor_exit ? next->on_exit_arg : NULL;
+  return b && b->len && b->ring[b->head].seq < a->ring[a->head].seq;
+}
+
 int weft_actor_recv(void **msg) {
   weft_task *t;
   weft_actor *a = running_actor(&t);
@@ -518,9 +524,26 @@ int weft_actor_recv(void **msg) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  if (a->len && t->loop->ready_head && yields_to(a, t->loop->ready_head) &&
-      (rc = weft_yield()) < 0)
-    return rc;
+  weft_loop *loop = t->loop;
+  if (a->len) {
+    /* A message taken without yielding counts as one of the turn's
+     * hand-offs: with the turn's share used up, the actor yields even
+     * when it is alone or the rule above lets it go on, and the loop gets
+     * to its timers, callbacks and I/O (a backlog of a million messages
+     * held them off until it was drained). */
+    if (!loop->batch || (loop->ready_head && yields_to(a, loop->ready_head))) {
+      /* Back from the yield, an actor with an older message first in
+       * line still goes first (the yield may have been the turn's end, or
+       * for a task ahead of it), so that a backlog cut by turns keeps the
+       * order; each time, that actor takes its message, so this ends. */
+      do {
+        if ((rc = weft_yield()) < 0)
+          return rc;
+      } while (loop->ready_head && older_first(a, loop->ready_head));
+    } else {
+      loop->batch--;
+    }
+  }
   while (!a->len) {
     a->receiving = 1;
     rc = weft__park(WAIT_MAILBOX, (int64_t)(uintptr_t)a, undo_recv, a);

@@ -1188,6 +1188,76 @@ static void test_fifo_order(void) {
   }
 }
 
+/* ---- a backlog does not hold the loop off ------------------------------
+ * An actor with many messages queued takes them without yielding only for
+ * a turn's share of hand-offs: then the loop runs its callbacks (and its
+ * timers and I/O), and the tasks behind an actor whose messages are newer
+ * than the backlog get their turn. Before, both waited until the whole
+ * backlog was handled. */
+#define BACKLOG 10000
+
+static long backlog_handled, handled_at_callback, handled_at_task,
+    handled_at_newer;
+
+static void *backlog_actor(void *unused) {
+  (void)unused;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0)
+    backlog_handled++;
+  return NULL;
+}
+
+/* The actor whose one message is newer than the whole backlog. */
+static void *newer_actor(void *unused) {
+  (void)unused;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0)
+    handled_at_newer = backlog_handled;
+  return NULL;
+}
+
+static void note_callback(void *unused) {
+  (void)unused;
+  handled_at_callback = backlog_handled;
+}
+
+static void *note_task(void *unused) {
+  (void)unused;
+  handled_at_task = backlog_handled;
+  return NULL;
+}
+
+static int backlog_main(void *with_other) {
+  backlog_handled = 0;
+  handled_at_callback = handled_at_task = handled_at_newer = -1;
+  weft_actor *a = weft_actor_spawn(NULL, backlog_actor, NULL);
+  CHECK(a);
+  weft_actor *b = NULL;
+  if (with_other)
+    CHECK((b = weft_actor_spawn(NULL, newer_actor, NULL)));
+  for (int i = 0; i < BACKLOG; i++)
+    CHECK_EQ(weft_actor_send_to(a, P(i)), 0);
+  if (b) /* next in line after a, with a message newer than a's */
+    CHECK_EQ(weft_actor_send_to(b, P(0)), 0);
+  CHECK(weft_spawn(note_task, NULL));
+  CHECK_EQ(weft_call_soon(note_callback, NULL), 0);
+  return 0;
+}
+
+static void test_backlog(void) {
+  for (intptr_t with_other = 0; with_other < 2; with_other++) {
+    CHECK_EQ(weft_main(backlog_main, P(with_other)), 0);
+    CHECK_EQ(backlog_handled, BACKLOG);
+    CHECK_GE(handled_at_callback, 0);
+    CHECK_LT(handled_at_callback, 1000);
+    CHECK_GE(handled_at_task, 0);
+    CHECK_LT(handled_at_task, 1000);
+    /* The seed's order still: the newer message after the backlog. */
+    if (with_other && !check_seeded())
+      CHECK_EQ(handled_at_newer, BACKLOG);
+  }
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -1198,6 +1268,7 @@ int main(void) {
   test_release();
   test_fairness();
   test_fifo_order();
+  test_backlog();
   test_memory();
   test_deadlock();
   test_wait();
