@@ -3,7 +3,8 @@
  * round-robin scheduler with no loop at all; send() and the value a yield
  * returns; throw() delivering an error at the pending yield; close() with
  * cleanup; and `yield from` — a readline sub-generator whose return value
- * becomes the caller's. The output is the same as the equivalent Python
+ * becomes the caller's, and which a close of the caller half-way through a
+ * line closes too. The output is the same as the equivalent Python
  * program's (examples/expected/generators.txt).
  *
  * A weft generator is stackful: any function it calls may yield on its
@@ -139,23 +140,34 @@ static void *readline(weft_gen *g, void *buf) {
 }
 
 /* `line = yield from readline()`: run the sub-generator, passing its
- * requests out and the answers in, until it returns its value. */
+ * requests out and the answers in, until it returns its value. As in
+ * Python, an error thrown into the caller is thrown into the
+ * sub-generator, and a close closes the sub-generator and then the caller:
+ * NULL, and the caller must return without yielding again. */
 static const char *yield_from_readline(weft_gen *self, char *buf) {
   weft_gen *sub = weft_gen_new(readline, buf, 0);
-  void *request, *answer = NULL;
-  while (weft_gen_send(sub, answer, &request) == 1)
-    if (weft_gen_yield(self, request, &answer) < 0)
-      break;
+  void *request = NULL; /* stays NULL if sub could not be made */
+  int rc = weft_gen_send(sub, NULL, &request);
+  while (rc == 1) {
+    void *answer;
+    int err = weft_gen_yield(self, request, &answer);
+    if (err == -ECANCELED) {
+      weft_gen_free(sub); /* closes it */
+      return NULL;
+    }
+    rc = err < 0 ? weft_gen_throw(sub, -err, &request)
+                 : weft_gen_send(sub, answer, &request);
+  }
   weft_gen_free(sub);
-  return buf;
+  return request; /* what readline returned */
 }
 
 static void *lines(weft_gen *g, void *unused) {
   char buf[256];
   for (;;) {
     const char *line = yield_from_readline(g, buf);
-    if (!*line)
-      return NULL;
+    if (!line || !*line)
+      return NULL; /* closed, or the end of the data */
     printf("line: '");
     for (const char *p = line; *p; p++)
       fputs(*p == '\n' ? "\\n" : (char[]){*p, 0}, stdout);
@@ -175,6 +187,16 @@ static void yield_from_demo(void) {
   }
   weft_gen_free(l);
   printf("done\n");
+  /* Closed half-way through a line: the close goes through `yield from`
+   * to readline, and no partial line comes out. */
+  l = weft_gen_new(lines, NULL, 0);
+  weft_gen_send(l, NULL, &request);
+  for (data = "par"; *data; data++)
+    weft_gen_send(l, (void *)(intptr_t)*data, &request);
+  rc = weft_gen_close(l);
+  printf("closed mid-line: %s\n",
+         rc == 0 && weft_gen_done(l) ? "True" : "False");
+  weft_gen_free(l);
 }
 
 int main(void) {
