@@ -606,6 +606,9 @@ int weft_stream_close(weft_stream *s);
  * calls that complete it, or add a callback, refuse with -EINVAL from
  * another thread or from another loop's code: they would race).
  * Futures are reference counted: whoever holds a pointer holds a reference.
+ * A future's record is its loop's memory: release every reference before
+ * weft_loop_free (or before weft_main returns), since any call on the
+ * future after that, weft_future_release too, touches freed memory.
  */
 
 typedef struct weft_future weft_future;
