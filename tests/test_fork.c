@@ -49,6 +49,12 @@ static void child_of_idle_loop(void *arg) {
 
 /* The parent's loop has run a pool job, so its pool has a thread. */
 static void test_idle_loop_in_child(void) {
+#ifdef WEFT_TEST_EMULATED
+  /* qemu-user aborts in a child forked after threads were started (its
+   * own assertion, in qemu_plugin_vcpu_init_hook): exit 127. */
+  printf("  idle_loop_in_child: not under emulation\n");
+  return;
+#endif
   check_case("idle_loop_in_child", 30);
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
