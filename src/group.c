@@ -131,8 +131,16 @@ static void cancel_children(weft_group *g) {
     weft__task_cancel(t);
 }
 
+/* Whether the caller may act on g: on its loop's thread (any loop of it,
+ * as weft_cancel allows), or anywhere once that loop is gone. From another
+ * thread, cancelling would push the children onto the loop's ready queue
+ * while the loop runs: ignored, as weft_cancel refuses it (-EINVAL). */
+static int on_group_thread(const weft_group *g) {
+  return !g->loop || weft__on_thread(g->loop->thread);
+}
+
 void weft_group_cancel(weft_group *g) {
-  if (!g)
+  if (!g || !on_group_thread(g))
     return;
   g->cancelled = 1;
   cancel_children(g);
@@ -201,7 +209,7 @@ int weft_group_wait(weft_group *g) {
 }
 
 void weft_group_free(weft_group *g) {
-  if (!g)
+  if (!g || !on_group_thread(g))
     return;
   g->freed = 1;
   if (g->nchildren || g->waiter)

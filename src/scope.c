@@ -127,8 +127,16 @@ int weft_scope_exit(weft_scope *s) {
   return 0;
 }
 
+/* Whether s is entered and the caller is on its task's thread (any loop
+ * of it, as weft_cancel allows): from another thread, waking the task
+ * would push it onto its loop's ready queue while the loop runs. */
+static int on_scope_thread(const weft_scope *s) {
+  return s && (s->priv_flags & SCOPE_ENTERED) &&
+         weft__on_thread(s->priv_task->loop->thread);
+}
+
 void weft_scope_cancel(weft_scope *s) {
-  if (!s || !(s->priv_flags & SCOPE_ENTERED))
+  if (!on_scope_thread(s))
     return;
   s->priv_flags |= SCOPE_CANCELLED;
   weft__cancel_recheck(s->priv_task);
@@ -151,7 +159,7 @@ int weft_scope_set_deadline(weft_scope *s, int64_t deadline) {
 }
 
 void weft_scope_shield(weft_scope *s, bool on) {
-  if (!s || !(s->priv_flags & SCOPE_ENTERED))
+  if (!on_scope_thread(s))
     return;
   if (on) {
     s->priv_flags |= SCOPE_SHIELD;

@@ -1093,6 +1093,14 @@ static void *fail_foreign(void *arg) {
 static void *fail_from_thread(void *arg) {
   return P(weft_group_fail(arg, -EIO));
 }
+/* weft_group_cancel and weft_group_free from another thread: ignored (as
+ * weft_cancel refuses it), for they would push the children onto the
+ * loop's ready queue while it runs; they once cancelled them. */
+static void *cancel_from_thread(void *arg) {
+  weft_group_cancel(arg);
+  weft_group_free(arg);
+  return NULL;
+}
 static void *fail_misuse_main(void *arg) {
   (void)arg;
   kids_reset();
@@ -1109,6 +1117,8 @@ static void *fail_misuse_main(void *arg) {
   CHECK_EQ(pthread_create(&th, NULL, fail_from_thread, g), 0);
   CHECK_EQ(pthread_join(th, &trc), 0);
   CHECK_EQ(I(trc), -EINVAL);
+  CHECK_EQ(pthread_create(&th, NULL, cancel_from_thread, g), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0);
   CHECK_EQ(weft_group_error(g), 0);
   CHECK_EQ(weft_group_wait(g), 0);
   CHECK_EQ(kids[0].rc, 0); /* not cancelled */

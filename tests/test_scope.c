@@ -40,6 +40,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -667,6 +668,45 @@ static void *other_task_exits(void *arg) {
   return NULL;
 }
 
+/* From another thread, weft_scope_cancel and weft_scope_shield are ignored,
+ * as weft_cancel refuses it: they would wake the task onto its loop's ready
+ * queue while the loop runs (they once did). The loop's thread is held in
+ * pthread_join meanwhile, so the calls race with nothing here. */
+static weft_scope *xs;
+static int xs_rc = 1;
+static void *xs_victim(void *arg) {
+  (void)arg;
+  weft_scope s, in;
+  weft_scope_enter(&s, WEFT_NEVER);
+  weft_scope_enter(&in, WEFT_NEVER);
+  weft_scope_shield(&in, true);
+  weft_scope_cancel(&s); /* held back by the shield */
+  xs = &in;
+  xs_rc = weft_sleep(WEFT_MS(20));
+  xs = NULL;
+  CHECK_EQ(weft_scope_exit(&in), 0);
+  CHECK_EQ(weft_scope_exit(&s), -ECANCELED);
+  return NULL;
+}
+static void *xs_thread(void *arg) {
+  weft_scope_shield(arg, false); /* would let s's cancellation through */
+  weft_scope_cancel(arg);        /* would cancel the shielded scope */
+  return NULL;
+}
+static void *scope_from_thread(void *arg) {
+  (void)arg;
+  weft_task *v = weft_spawn(xs_victim, NULL);
+  CHECK(v);
+  CHECK_EQ(weft_yield(), 0); /* v parks in its sleep */
+  CHECK(xs != NULL);
+  pthread_t th;
+  CHECK_EQ(pthread_create(&th, NULL, xs_thread, xs), 0);
+  CHECK_EQ(pthread_join(th, NULL), 0);
+  CHECK_EQ(weft_join(v, NULL), 0);
+  CHECK_EQ(xs_rc, 0); /* neither cancelled nor unshielded */
+  return NULL;
+}
+
 static void test_misuse(void) {
   /* Outside any loop, and in a loop but outside a task. */
   weft_scope s;
@@ -682,6 +722,7 @@ static void test_misuse(void) {
   run(out_of_order, NULL);
   run(entered_twice, NULL);
   run(other_task_exits, NULL);
+  run(scope_from_thread, NULL);
 }
 
 /* ---- scopes in a generator's body -------------------------------------------
