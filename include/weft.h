@@ -719,11 +719,12 @@ int weft_scope_exit(weft_scope *s);
 /* Cancels s (from its task or any other of the loop): the blocking call in
  * progress inside it returns -ECANCELED at once, and so does every later
  * one until s exits. s must be entered. From another thread it does
- * nothing (weft_call_soon_threadsafe reaches the loop), as weft_cancel
- * refuses. */
+ * nothing but say so on stderr (weft_call_soon_threadsafe reaches the
+ * loop), as weft_cancel refuses. */
 void weft_scope_cancel(weft_scope *s);
 
-/* Turns shielding of s on or off; from another thread, does nothing. */
+/* Turns shielding of s on or off; from another thread, does nothing but
+ * say so on stderr. */
 void weft_scope_shield(weft_scope *s, bool on);
 
 /* Moves s's deadline to `deadline` (absolute, on the weft_now() clock;
@@ -774,8 +775,8 @@ int weft_group_wait(weft_group *g);
 
 /* Cancels every child of g still running, and those spawned into it
  * later. NULL is ignored, and so is a call from another thread than g's
- * loop's (weft_call_soon_threadsafe reaches the loop), as weft_cancel
- * refuses one. */
+ * loop's, which says so on stderr (weft_call_soon_threadsafe reaches the
+ * loop), as weft_cancel refuses one. */
 void weft_group_cancel(weft_group *g);
 
 /* Go's errgroup.WithContext, trio's nursery: the first error cancels the
@@ -803,7 +804,7 @@ int weft_group_error(const weft_group *g);
  * returned). A group may be freed after its loop: the loop dropped the
  * children, and the group is then only good for weft_group_free (the other
  * calls return -EINVAL, or NULL). NULL is ignored; so is a call from
- * another thread while g's loop lives. */
+ * another thread while g's loop lives, which says so on stderr. */
 void weft_group_free(weft_group *g);
 
 /* ------------------------------------------------------------------------ */

@@ -17,6 +17,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 struct weft_group {
   weft_loop *loop;     /* NULL once the loop was freed under the group */
@@ -134,13 +135,17 @@ static void cancel_children(weft_group *g) {
 /* Whether the caller may act on g: on its loop's thread (any loop of it,
  * as weft_cancel allows), or anywhere once that loop is gone. From another
  * thread, cancelling would push the children onto the loop's ready queue
- * while the loop runs: ignored, as weft_cancel refuses it (-EINVAL). */
-static int on_group_thread(const weft_group *g) {
-  return !g->loop || weft__on_thread(g->loop->thread);
+ * while the loop runs: ignored, and said on stderr (the call returns
+ * nothing), as weft_cancel refuses it (-EINVAL). */
+static int on_group_thread(const weft_group *g, const char *what) {
+  if (!g->loop || weft__on_thread(g->loop->thread))
+    return 1;
+  fprintf(stderr, "weft: %s called off the loop's thread: ignored\n", what);
+  return 0;
 }
 
 void weft_group_cancel(weft_group *g) {
-  if (!g || !on_group_thread(g))
+  if (!g || !on_group_thread(g, "weft_group_cancel"))
     return;
   g->cancelled = 1;
   cancel_children(g);
@@ -209,7 +214,7 @@ int weft_group_wait(weft_group *g) {
 }
 
 void weft_group_free(weft_group *g) {
-  if (!g || !on_group_thread(g))
+  if (!g || !on_group_thread(g, "weft_group_free"))
     return;
   g->freed = 1;
   if (g->nchildren || g->waiter)

@@ -24,6 +24,8 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 int weft__cancel_status(weft_task *t) {
   /* Deadlines are judged by the turn's clock first; one it has not reached
    * by a fresh reading (the task may have run long since the turn began),
@@ -130,13 +132,17 @@ int weft_scope_exit(weft_scope *s) {
 /* Whether s is entered and the caller is on its task's thread (any loop
  * of it, as weft_cancel allows): from another thread, waking the task
  * would push it onto its loop's ready queue while the loop runs. */
-static int on_scope_thread(const weft_scope *s) {
-  return s && (s->priv_flags & SCOPE_ENTERED) &&
-         weft__on_thread(s->priv_task->loop->thread);
+static int on_scope_thread(const weft_scope *s, const char *what) {
+  if (!s || !(s->priv_flags & SCOPE_ENTERED))
+    return 0;
+  if (weft__on_thread(s->priv_task->loop->thread))
+    return 1;
+  fprintf(stderr, "weft: %s called off the loop's thread: ignored\n", what);
+  return 0;
 }
 
 void weft_scope_cancel(weft_scope *s) {
-  if (!on_scope_thread(s))
+  if (!on_scope_thread(s, "weft_scope_cancel"))
     return;
   s->priv_flags |= SCOPE_CANCELLED;
   weft__cancel_recheck(s->priv_task);
@@ -159,7 +165,7 @@ int weft_scope_set_deadline(weft_scope *s, int64_t deadline) {
 }
 
 void weft_scope_shield(weft_scope *s, bool on) {
-  if (!on_scope_thread(s))
+  if (!on_scope_thread(s, "weft_scope_shield"))
     return;
   if (on) {
     s->priv_flags |= SCOPE_SHIELD;
