@@ -242,10 +242,10 @@ static void use_backend(weft_loop *loop, const weft__backend *backend) {
  * and their objects is refused as from another thread (weft_loop_free of
  * one frees nothing, rather than wait for ever to join the pool's threads),
  * and no loops of its own yet. A loop running in the thread that forked
- * stops as soon as the task or callback that forked is done, and its
- * weft_loop_run returns -EINVAL: the parent's other tasks do not run on in
- * the child. (posix_spawn, system and popen run no fork handlers; they
- * need none.) */
+ * stops as soon as the task that forked yields, blocks or ends (or the
+ * callback returns), and its weft_loop_run returns -EINVAL: the parent's
+ * other tasks do not run on in the child. (posix_spawn, system and popen
+ * run no fork handlers; they need none.) */
 static void forked_child(void) {
   weft__thread_token_now = 0;
   weft__thread_loops_forget();
