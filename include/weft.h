@@ -566,7 +566,11 @@ ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len);
 /* Reads exactly len bytes. Returns len; n < len if end of file came after n
  * bytes (0: before any); a negative errno on error. When len fits in the
  * stream's buffer an error consumes nothing (the bytes stay buffered for a
- * later read); a larger read that fails after n > 0 bytes returns n. */
+ * later read); a larger read that fails after n > 0 bytes returns n, and
+ * the next read call (of any kind) returns the error (-ECONNRESET...),
+ * which the socket itself reports only once; after a cancellation or a
+ * deadline there, the next call sees the cancellation or deadline itself, if
+ * it still holds. */
 ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len);
 
 /* Queues len bytes; they go out when the buffer fills or at

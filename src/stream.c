@@ -31,6 +31,7 @@
 struct weft_stream {
   int fd;         /* owned: weft_stream_close closes it */
   int discarding; /* skipping the rest of a line that was too long */
+  int rerr;       /* a read error for the next read call (read_exact_in) */
   uint8_t reading; /* a read call is in progress */
   uint8_t writing; /* a write or flush is in progress */
   uint8_t closing; /* weft_stream_close is in progress */
@@ -277,8 +278,17 @@ static ssize_t read_exact_in(weft_stream *s, void *buf, size_t len) {
   take(s, p, done);
   while (done < len) {
     ssize_t n = io_read(s, p + done, len - done);
+    if (n < 0 && done) {
+      /* The bytes read are the answer, and the error the next read
+       * call's: a socket reports a reset only once (the read after it
+       * sees end of file), and the short count alone would pass for
+       * one. A cancellation is seen again by the next call anyway. */
+      if (n != -ECANCELED && n != -ETIMEDOUT)
+        s->rerr = (int)n;
+      return (ssize_t)done;
+    }
     if (n < 0)
-      return done ? (ssize_t)done : n;
+      return n;
     if (n == 0)
       break;
     done += (size_t)n;
@@ -342,6 +352,13 @@ static int enter(const weft_stream *s, uint8_t *busy) {
   return 0;
 }
 
+/* A read call begins with the error a read_exact left it, if any. */
+static int read_error(weft_stream *s) {
+  int rc = s->rerr;
+  s->rerr = 0;
+  return rc;
+}
+
 /* A call ends; the last one out of a closed stream frees it. */
 static ssize_t leave(weft_stream *s, uint8_t *busy, ssize_t rc) {
   *busy = 0;
@@ -354,21 +371,29 @@ ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
   if (!s || !buf || max == 0)
     return -EINVAL;
   int rc = enter(s, &s->reading);
-  return rc < 0 ? rc : leave(s, &s->reading, readline_in(s, buf, max));
+  if (rc < 0)
+    return rc;
+  return leave(s, &s->reading,
+               s->rerr ? read_error(s) : readline_in(s, buf, max));
 }
 
 ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len))
     return -EINVAL;
   int rc = enter(s, &s->reading);
-  return rc < 0 ? rc : leave(s, &s->reading, read_in(s, buf, len));
+  if (rc < 0)
+    return rc;
+  return leave(s, &s->reading, s->rerr ? read_error(s) : read_in(s, buf, len));
 }
 
 ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len))
     return -EINVAL;
   int rc = enter(s, &s->reading);
-  return rc < 0 ? rc : leave(s, &s->reading, read_exact_in(s, buf, len));
+  if (rc < 0)
+    return rc;
+  return leave(s, &s->reading,
+               s->rerr ? read_error(s) : read_exact_in(s, buf, len));
 }
 
 ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len) {

@@ -7,7 +7,8 @@
  *    a time and in random chunks: every line, every -EMSGSIZE, and the
  *    stream usable after each;
  *  - read and read_exact (records split at random), read_exact and
- *    readline cancelled midway consume nothing;
+ *    readline cancelled midway consume nothing; a reset midway through a
+ *    read_exact larger than the buffer is the next read call's error;
  *  - small writes are batched into one write(2) (counted in
  *    /proc/self/io), a large one goes straight out in order, a failed
  *    flush keeps what it could not write, close closes even then;
@@ -307,6 +308,37 @@ static void *short_exact_main(void *arg) {
 }
 
 static void test_short_exact(void) { check_run(short_exact_main, NULL); }
+
+/* ---- a reset in the middle of a large read_exact --------------------------
+ * A connection reset after 100 bytes: a read_exact larger than the buffer
+ * returns the 100, and the next read call the reset, which the socket
+ * reports only once (the read after it sees end of file): the short count
+ * alone would pass for a clean end of file. */
+static void *reset_exact_main(void *arg) {
+  (void)arg;
+  int l = weft_tcp_listen("127.0.0.1", 0, 4);
+  CHECK_GE(l, 0);
+  int c = weft_tcp_connect("127.0.0.1", weft_sock_port(l));
+  CHECK_GE(c, 0);
+  int a = weft_accept(l, NULL, NULL);
+  CHECK_GE(a, 0);
+  CHECK_EQ(weft_close(l), 0);
+  char buf[256];
+  memset(buf, 'r', sizeof buf);
+  CHECK_EQ(weft_write_all(a, buf, 100), 100);
+  struct linger lg = {1, 0};
+  CHECK_EQ(setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  CHECK_EQ(weft_close(a), 0); /* a reset, after the 100 bytes */
+  weft_stream *s = weft_stream_new(c, 64);
+  CHECK(s);
+  CHECK_EQ(weft_stream_read_exact(s, buf, sizeof buf), 100);
+  CHECK_EQ(weft_stream_read_exact(s, buf, sizeof buf), -ECONNRESET);
+  CHECK_EQ(weft_stream_read(s, buf, sizeof buf), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  return NULL;
+}
+
+static void test_reset_exact(void) { check_run(reset_exact_main, NULL); }
 
 /* ---- cancelled midway: nothing consumed -------------------------------- */
 static weft_stream *cs;
@@ -679,6 +711,7 @@ int main(void) {
   weft_loop_free(split_loop);
   test_records();
   test_short_exact();
+  test_reset_exact();
   test_cancel();
   test_write();
   test_flush_error();
