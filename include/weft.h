@@ -542,7 +542,8 @@ typedef struct weft_stream weft_stream;
 
 /* Wraps fd; the stream owns it from now on (weft_stream_close closes it).
  * bufsize 0 means 64 KiB; each direction has a buffer of that size. Returns
- * NULL and sets errno (ENOMEM; EINVAL if fd < 0).
+ * NULL and sets errno (ENOMEM; EINVAL if fd < 0); fd then stays open and
+ * the caller's, to close with weft_close.
  * One task may read while another writes. A read call (readline, read,
  * read_exact) while another task's is in progress returns -EBUSY, and so
  * does a write or flush while another task's write or flush is. */
