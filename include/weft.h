@@ -557,9 +557,10 @@ weft_stream *weft_stream_new(int fd, size_t bufsize);
  * call of any kind, read and read_exact too, starts after it) and buf
  * holds nothing useful. Other errors: -ECANCELED and -ETIMEDOUT (nothing
  * consumed: a part of the line already received stays buffered for the
- * next call), -ECONNRESET and the like. A line served from the buffer
- * involves no I/O call and never yields: only the reads that fill the
- * buffer count towards the loop's fairness budget (docs/loop.md). */
+ * next call), -ECONNRESET and the like. A read call served from the
+ * buffer makes no system call, but counts as an I/O call towards the
+ * loop's fairness budget: every 128 in a row, the caller yields first
+ * (docs/loop.md, "Fairness"). */
 ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max);
 
 /* Reads what is buffered, or else waits for one read: up to len bytes.

@@ -352,6 +352,27 @@ static int enter(const weft_stream *s, uint8_t *busy) {
   return 0;
 }
 
+/* A read call starts (enter) and takes its turn. One the buffer serves
+ * makes no I/O call, yet it counts as one towards the loop's fairness
+ * budget (WEFT__IO_BUDGET, io.c), so that a task reading a flood of lines a
+ * fast peer has sent yields every so many calls, as one reading the socket
+ * itself does (without it, 100,000 lines in the socket held every other
+ * task off until end of file: only the reads that filled the buffer
+ * counted). The yield is the call's, the stream marked busy: a close
+ * meanwhile makes the call -EBADF, a cancellation -ECANCELED. */
+static int begin_read(weft_stream *s) {
+  int rc = enter(s, &s->reading);
+  if (rc < 0)
+    return rc;
+  weft_task *t = weft__running_task();
+  if (!t || __builtin_expect(--t->loop->io_budget != 0, 1))
+    return 0;
+  t->loop->io_budget = WEFT__IO_BUDGET;
+  (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+  rc = s->closed ? -EBADF : weft__checkpoint();
+  return rc < 0 ? (int)leave(s, &s->reading, rc) : 0;
+}
+
 /* A read call begins with the error a read_exact left it, if any. */
 static int read_error(weft_stream *s) {
   int rc = s->rerr;
@@ -370,7 +391,7 @@ static ssize_t leave(weft_stream *s, uint8_t *busy, ssize_t rc) {
 ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
   if (!s || !buf || max == 0)
     return -EINVAL;
-  int rc = enter(s, &s->reading);
+  int rc = begin_read(s);
   if (rc < 0)
     return rc;
   return leave(s, &s->reading,
@@ -380,7 +401,7 @@ ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
 ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len))
     return -EINVAL;
-  int rc = enter(s, &s->reading);
+  int rc = begin_read(s);
   if (rc < 0)
     return rc;
   return leave(s, &s->reading, s->rerr ? read_error(s) : read_in(s, buf, len));
@@ -389,7 +410,7 @@ ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
 ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
   if (!s || (!buf && len))
     return -EINVAL;
-  int rc = enter(s, &s->reading);
+  int rc = begin_read(s);
   if (rc < 0)
     return rc;
   return leave(s, &s->reading,

@@ -340,6 +340,56 @@ static void *reset_exact_main(void *arg) {
 
 static void test_reset_exact(void) { check_run(reset_exact_main, NULL); }
 
+/* ---- lines from the buffer count towards the fairness budget -----------
+ * 10,000 short lines in the socket before the reader starts, all of which
+ * its buffer holds: another task, ready from the start, runs while the
+ * reader is at the first hundred or so (WEFT__IO_BUDGET calls), not once it
+ * reaches end of file, as when only the reads that fill the buffer
+ * counted. (On io_uring every read parks, so the other runs at once.) */
+#define FLOOD_LINES 10000
+static int flood_read;      /* lines the reader has taken */
+static int flood_seen = -1; /* flood_read when the other task ran */
+
+static void *flood_reader(void *arg) {
+  char line[16];
+  while (weft_stream_readline(arg, line, sizeof line) > 0)
+    flood_read++;
+  return NULL;
+}
+
+static void *flood_other(void *arg) {
+  (void)arg;
+  flood_seen = flood_read;
+  return NULL;
+}
+
+static void *flood_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  static char lines[2 * FLOOD_LINES];
+  for (int i = 0; i < FLOOD_LINES; i++)
+    memcpy(lines + 2 * i, "x\n", 2);
+  CHECK_EQ(weft_write_all(sv[1], lines, sizeof lines), (ssize_t)sizeof lines);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  weft_stream *s = weft_stream_new(sv[0], 0); /* 64 KiB: holds them all */
+  CHECK(s);
+  weft_task *r = weft_spawn(flood_reader, s);
+  weft_task *o = weft_spawn(flood_other, NULL);
+  CHECK(r && o);
+  CHECK_EQ(weft_join(r, NULL), 0);
+  CHECK_EQ(weft_join(o, NULL), 0);
+  CHECK_EQ(flood_read, FLOOD_LINES);
+  CHECK_GE(flood_seen, 0);
+  CHECK_LE(flood_seen, WEFT__IO_BUDGET);
+  CHECK_EQ(weft_stream_close(s), 0);
+  printf("  %d buffered lines: another task ran after %d: ok\n", FLOOD_LINES,
+         flood_seen);
+  return NULL;
+}
+
+static void test_flood(void) { check_run(flood_main, NULL); }
+
 /* ---- cancelled midway: nothing consumed -------------------------------- */
 static weft_stream *cs;
 
@@ -712,6 +762,7 @@ int main(void) {
   test_records();
   test_short_exact();
   test_reset_exact();
+  test_flood();
   test_cancel();
   test_write();
   test_flush_error();
