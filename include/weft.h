@@ -603,6 +603,14 @@ int weft_stream_fd(const weft_stream *s);
  * returned; a call made while the close flushes gets -EBADF too. */
 int weft_stream_close(weft_stream *s);
 
+/* Closes the fd and frees the stream at once, without flushing: what was
+ * queued is dropped (asyncio's Transport.abort). For a peer that has
+ * stopped reading, or a connection being dropped, where weft_stream_close
+ * would wait for the flush. Returns 0 or weft_close's error; -EBADF if a
+ * close is already in progress. Other tasks' calls on s end as with
+ * weft_stream_close (-EBADF). NULL is ignored. */
+int weft_stream_abort(weft_stream *s);
+
 /* ------------------------------------------------------------------------ */
 /* Futures                                                                   */
 /*

@@ -435,13 +435,14 @@ int weft_stream_flush(weft_stream *s) {
  * that returns meanwhile does not free the stream under it. With another
  * task's write in flight it does not flush (that call returns -EBADF, and
  * what is queued is dropped). */
-int weft_stream_close(weft_stream *s) {
+/* Closes s's fd and frees s, after flushing if `flush`. */
+static int shut(weft_stream *s, int flush) {
   if (!s)
     return 0;
   if (s->closed)
     return -EBADF; /* another task's close is in progress */
   s->closed = s->closing = 1;
-  int rc = s->writing ? 0 : flush_in(s);
+  int rc = flush && !s->writing ? flush_in(s) : 0;
   waiting w = {.s = s, .busy = &s->closing}; /* the close may wait too */
   weft__hold(&w.h, drop_call);
   int rc2 = weft_close(s->fd);
@@ -449,3 +450,7 @@ int weft_stream_close(weft_stream *s) {
   leave(s, &s->closing, 0);
   return rc < 0 ? rc : rc2;
 }
+
+int weft_stream_close(weft_stream *s) { return shut(s, 1); }
+
+int weft_stream_abort(weft_stream *s) { return shut(s, 0); }

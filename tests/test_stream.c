@@ -390,6 +390,53 @@ static void *flood_main(void *arg) {
 
 static void test_flood(void) { check_run(flood_main, NULL); }
 
+/* ---- abort: no flush, at once -------------------------------------------
+ * The peer reads nothing, so the socket is full and the stream has bytes
+ * queued: weft_stream_abort returns at once (a close would wait for the
+ * flush), a reader parked on the stream gets -EBADF, and the peer reads
+ * what the socket held and then end of file, none of what was queued. */
+static void *abort_reader(void *arg) {
+  char line[64];
+  return (void *)(intptr_t)weft_stream_readline(arg, line, sizeof line);
+}
+
+static void *abort_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *s = weft_stream_new(sv[0], 4096);
+  CHECK(s);
+  weft_task *r = weft_spawn(abort_reader, s);
+  CHECK(r);
+  CHECK_EQ(weft_yield(), 0); /* the reader parks */
+  char buf[4096];
+  memset(buf, 'a', sizeof buf);
+  size_t sent = 0;
+  ssize_t n;
+  while ((n = send(sv[0], buf, sizeof buf, MSG_DONTWAIT)) > 0)
+    sent += (size_t)n; /* until the socket is full */
+  CHECK_EQ(errno, EAGAIN);
+  CHECK_EQ(weft_stream_write(s, "queued", 6), 6);
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_stream_abort(s), 0);
+  CHECK_LT(weft_now() - t0, WEFT_MS(100));
+  void *res;
+  CHECK_EQ(weft_join(r, &res), 0);
+  CHECK_EQ((intptr_t)res, -EBADF);
+  size_t got = 0;
+  while ((n = weft_read(sv[1], buf, sizeof buf)) > 0) {
+    CHECK(memchr(buf, 'q', (size_t)n) == NULL);
+    got += (size_t)n;
+  }
+  CHECK_EQ(n, 0);
+  CHECK_EQ(got, sent);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_stream_abort(NULL), 0);
+  return NULL;
+}
+
+static void test_abort(void) { check_run(abort_main, NULL); }
+
 /* ---- cancelled midway: nothing consumed -------------------------------- */
 static weft_stream *cs;
 
@@ -763,6 +810,7 @@ int main(void) {
   test_short_exact();
   test_reset_exact();
   test_flood();
+  test_abort();
   test_cancel();
   test_write();
   test_flush_error();
