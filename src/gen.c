@@ -73,10 +73,16 @@ struct weft_gen {
 
 uint32_t *weft__gen_scopes(weft_gen *g) { return &g->scopes; }
 
+/* The thread's token for its generators: its first weft__thread_token,
+ * kept in a child of fork(2), where loop.c's fork handler gives the thread
+ * a new one so that the parent's loops are not the child's. A generator is
+ * no loop's, and its stack is the child's memory: the child's thread, a
+ * copy of the forking one, resumes the generators that one made (a child
+ * forked inside a generator goes on running it). */
+static WEFT__TLS uint64_t gen_home;
+
 /* Not g's thread: refused, as misuse is (weft.h), changing nothing. */
-static inline int foreign(const weft_gen *g) {
-  return !weft__on_thread(g->home);
-}
+static inline int foreign(const weft_gen *g) { return g->home != gen_home; }
 
 WEFT__TLS weft_gen *weft__gen_running;
 
@@ -137,7 +143,9 @@ weft_gen *weft_gen_new(void *(*fn)(weft_gen *, void *), void *arg,
   }
   g->fn = fn;
   g->arg = arg;
-  g->home = weft__thread_token();
+  if (!gen_home)
+    gen_home = weft__thread_token();
+  g->home = gen_home;
   g->id = weft__next_id();
   g->stack->region.owner_id = g->id;
   g->stack->region.is_gen = 1;

@@ -157,11 +157,50 @@ static void test_fork_in_task(void) {
   close(child_err[0]);
 }
 
+/* A generator is no loop's: the child, its thread taken for a new one as
+ * far as loops go, still resumes the generators the forking thread made,
+ * on stacks that are the child's memory. */
+static void *count_up(weft_gen *g, void *arg) {
+  (void)arg;
+  for (intptr_t i = 1; i <= 3; i++)
+    weft_gen_yield(g, (void *)i, NULL);
+  return (void *)99;
+}
+
+static void child_resumes(void *arg) {
+  weft_gen *g = arg;
+  char out[64];
+  void *v = NULL;
+  int rc = weft_gen_send(g, NULL, &v);
+  int n = snprintf(out, sizeof out, "send %d value %d", rc, (int)(intptr_t)v);
+  weft_gen_free(g);
+  CHECK_EQ(write(check_child_fd, out, (size_t)n), n);
+}
+
+static void test_generator_in_child(void) {
+  check_case("generator_in_child", 30);
+  weft_loop_free(weft_loop_new(NULL)); /* the fork handler is in place */
+  weft_gen *g = weft_gen_new(count_up, NULL, 0);
+  CHECK(g);
+  void *v = NULL;
+  CHECK_EQ(weft_gen_send(g, NULL, &v), 1);
+  CHECK_EQ((intptr_t)v, 1);
+  check_child res;
+  check_child_run(child_resumes, g, &res, 10);
+  CHECK_STR_EQ(check_status_str(res.status), "exit 0");
+  CHECK_STR_EQ(res.data, "send 1 value 2");
+  CHECK_STR_EQ(res.err, "");
+  CHECK_EQ(weft_gen_send(g, NULL, &v), 1); /* the parent's goes on too */
+  CHECK_EQ((intptr_t)v, 2);
+  weft_gen_free(g);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
   test_idle_loop_in_child();
   test_fork_in_task();
+  test_generator_in_child();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_fork: ok\n");
   return 0;
