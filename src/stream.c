@@ -368,7 +368,12 @@ static int begin_read(weft_stream *s) {
   if (!t || __builtin_expect(--t->loop->io_budget != 0, 1))
     return 0;
   t->loop->io_budget = WEFT__IO_BUDGET;
+  /* Held as a read that waits is: a loop freed with the task in the ready
+   * queue ends the call, or the stream stays busy for good (-EBUSY). */
+  waiting w = {.s = s, .busy = &s->reading};
+  weft__hold(&w.h, drop_call);
   (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
+  weft__unhold(&w.h);
   rc = s->closed ? -EBADF : weft__checkpoint();
   return rc < 0 ? (int)leave(s, &s->reading, rc) : 0;
 }

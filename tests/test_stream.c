@@ -685,6 +685,17 @@ static void *drop_reader(void *arg) {
   return NULL;
 }
 
+/* Reads buffered lines until the loop is freed in the yield a read call
+ * makes every WEFT__IO_BUDGET calls (the buffer holds more lines). */
+static void *drop_yielder(void *arg) {
+  char buf[64];
+  (void)arg;
+  for (int i = 0; i < 2 * WEFT__IO_BUDGET; i++)
+    CHECK_EQ(weft_stream_readline(cs, buf, sizeof buf), 6);
+  CHECK(0); /* never gets this far */
+  return NULL;
+}
+
 static void *drop_closer(void *arg) {
   weft_stream_close(arg);
   CHECK(0);
@@ -706,6 +717,15 @@ static void test_dropped(void) {
   cs = weft_stream_new(sv[0], 64);
   check_drop_in(drop_reader, NULL);
   CHECK_EQ(write(sv[1], "hello\n", 6), 6);
+  check_run(later_reader, NULL);
+  CHECK_EQ(close(sv[1]), 0);
+
+  /* Dropped in the yield of a read call the buffer serves. */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  cs = weft_stream_new(sv[0], 4096);
+  for (int i = 0; i < 2 * WEFT__IO_BUDGET + 1; i++)
+    CHECK_EQ(write(sv[1], "hello\n", 6), 6);
+  check_drop_in(drop_yielder, NULL);
   check_run(later_reader, NULL);
   CHECK_EQ(close(sv[1]), 0);
 
