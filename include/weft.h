@@ -1024,7 +1024,9 @@ int weft_event_wait(weft_event *e);
  * yields anyway, so an actor working through a backlog lets the loop run
  * its timers, callbacks and I/O every few dozen messages. Back from a
  * yield, it yields again while the next task is an actor with an older
- * message, so the order survives the turns a backlog is cut into.
+ * message that is itself in weft_actor_recv (one running its own code,
+ * yielding until this one's work is done, is not waited for), so the order
+ * survives the turns a backlog is cut into.
  */
 typedef struct weft_actor weft_actor;
 

@@ -80,6 +80,7 @@ struct weft_actor {
   uint16_t gen;      /* handle generation: bumped on each recycle */
   uint8_t state;     /* ACTOR_* */
   uint8_t receiving; /* its task is parked in weft_actor_recv */
+  uint8_t in_recv;   /* its task is inside weft_actor_recv (older_first) */
 };
 
 /* The registry of a loop (loop->actors). */
@@ -510,11 +511,17 @@ static int yields_to(const weft_actor *a, const weft_task *next) {
   return !b || !b->len || b->ring[b->head].seq < a->ring[a->head].seq;
 }
 
-/* Whether `next` is an actor whose oldest message was sent before a's. */
+/* Whether `next` is an actor inside weft_actor_recv (so it takes its
+ * message when it runs) whose oldest message was sent before a's. One
+ * that runs its own code instead (yielding in a loop until a's work is
+ * done, say) would have a wait for it for good. */
 static int older_first(const weft_actor *a, const weft_task *next) {
   const weft_actor *b = next->on_exit == actor_exit ? next->on_exit_arg : NULL;
-  return b && b->len && b->ring[b->head].seq < a->ring[a->head].seq;
+  return b && b->in_recv && b->len &&
+         b->ring[b->head].seq < a->ring[a->head].seq;
 }
+
+static int recv_in(weft_actor *a, weft_loop *loop, void **msg);
 
 int weft_actor_recv(void **msg) {
   weft_task *t;
@@ -524,7 +531,14 @@ int weft_actor_recv(void **msg) {
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
-  weft_loop *loop = t->loop;
+  a->in_recv = 1;
+  rc = recv_in(a, t->loop, msg);
+  a->in_recv = 0;
+  return rc;
+}
+
+static int recv_in(weft_actor *a, weft_loop *loop, void **msg) {
+  int rc;
   if (a->len) {
     /* A message taken without yielding counts as one of the turn's
      * hand-offs: with the turn's share used up, the actor yields even
@@ -535,7 +549,8 @@ int weft_actor_recv(void **msg) {
       /* Back from the yield, an actor with an older message first in
        * line still goes first (the yield may have been the turn's end, or
        * for a task ahead of it), so that a backlog cut by turns keeps the
-       * order; each time, that actor takes its message, so this ends. */
+       * order; each time, that actor (inside weft_actor_recv: older_first)
+       * takes its message, so this ends. */
       do {
         if ((rc = weft_yield()) < 0)
           return rc;

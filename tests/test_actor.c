@@ -1258,6 +1258,50 @@ static void test_backlog(void) {
   }
 }
 
+/* An actor holding an older message, but yielding in its own code until
+ * another actor has handled a newer one, is not waited for: the other
+ * takes its message (it used to yield back for as long as the first one
+ * yielded). */
+static int busy_flag;
+static long busy_spins;
+
+static void *busy_older(void *arg) {
+  (void)arg;
+  void *m;
+  CHECK_EQ(weft_actor_recv(&m), 0);
+  while (!busy_flag && busy_spins < 100000) {
+    busy_spins++;
+    CHECK_EQ(weft_yield(), 0);
+  }
+  CHECK_EQ(weft_actor_recv(&m), 0); /* the older message, still there */
+  return NULL;
+}
+
+static void *sets_flag(void *arg) {
+  (void)arg;
+  void *m;
+  CHECK_EQ(weft_actor_recv(&m), 0);
+  busy_flag = 1;
+  return NULL;
+}
+
+static int busy_older_main(void *arg) {
+  (void)arg;
+  weft_actor *b = weft_actor_spawn(NULL, busy_older, NULL);
+  weft_actor *a = weft_actor_spawn(NULL, sets_flag, NULL);
+  CHECK(a && b);
+  CHECK_EQ(weft_actor_send_to(b, P(1)), 0);
+  CHECK_EQ(weft_actor_send_to(b, P(2)), 0); /* older than a's */
+  CHECK_EQ(weft_actor_send_to(a, P(3)), 0);
+  return 0;
+}
+
+static void test_busy_older(void) {
+  CHECK_EQ(weft_main(busy_older_main, NULL), 0);
+  CHECK_EQ(busy_flag, 1);
+  CHECK_LT(busy_spins, 100);
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -1269,6 +1313,7 @@ int main(void) {
   test_fairness();
   test_fifo_order();
   test_backlog();
+  test_busy_older();
   test_memory();
   test_deadlock();
   test_wait();
