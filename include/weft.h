@@ -325,7 +325,8 @@ int weft_gen_close(weft_gen *g);
  * 0, or -EINVAL if g is running (nothing is freed). NULL is ignored. */
 int weft_gen_free(weft_gen *g);
 
-/* True once g has returned, was closed, or was finished by a throw. */
+/* True once g has returned, was closed, or was finished by a throw; true
+ * for NULL (nothing left to run). */
 bool weft_gen_done(const weft_gen *g);
 
 /* ------------------------------------------------------------------------ */

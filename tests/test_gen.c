@@ -406,6 +406,7 @@ static void test_null(void) {
   CHECK_EQ(weft_gen_close(NULL), -EINVAL);
   CHECK_EQ(weft_gen_yield(NULL, NULL, NULL), -EINVAL);
   CHECK_EQ(weft_gen_free(NULL), 0); /* ignored */
+  CHECK(weft_gen_done(NULL));       /* nothing left to run */
   errno = 0;
   CHECK(weft_gen_new(NULL, NULL, 0) == NULL);
   CHECK_EQ(errno, EINVAL);
