@@ -1072,6 +1072,14 @@ weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
 int weft_actor_send(const char *name, void *msg);
 int weft_actor_send_to(weft_actor *a, void *msg);
 
+/* The same without waiting: -EAGAIN where a bounded mailbox is full (or
+ * senders already wait for room: they come first), msg not queued. Never
+ * a cancellation point (a deadline that has passed does not refuse it),
+ * and callable outside a task, on the loop's thread. For a queue that
+ * drops what does not fit (a slow client's outbound messages). */
+int weft_actor_try_send(const char *name, void *msg);
+int weft_actor_try_send_to(weft_actor *a, void *msg);
+
 /* Inside an actor: the oldest message, waiting for one (a cancellation
  * point; see Fairness). 0 and *msg; -ECANCELED, -ETIMEDOUT (no message
  * taken); -EINVAL outside an actor or msg NULL. */

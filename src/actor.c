@@ -476,6 +476,35 @@ int weft_actor_send(const char *name, void *msg) {
   return send_to(registry_find(loop->actors, name, name_hash(name)), msg);
 }
 
+/* The same without waiting: a full bounded mailbox (or one with senders
+ * already waiting for room, who come first) is -EAGAIN. Not a cancellation
+ * point, and callable outside a task. */
+static int try_send_to(weft_actor *a, void *msg) {
+  if (!a)
+    return -ENOENT;
+  if (!weft__callers(a->loop, a->loop->thread))
+    return -EINVAL;
+  if (a->bound && (a->len >= a->bound || a->senders))
+    return -EAGAIN;
+  return deliver(a, msg);
+}
+
+int weft_actor_try_send_to(weft_actor *h, void *msg) {
+  if (!h)
+    return -EINVAL;
+  const weft_loop *loop = address_of(h)->loop;
+  if (!weft__callers(loop, loop->thread))
+    return -EINVAL;
+  return try_send_to(record_of(h), msg);
+}
+
+int weft_actor_try_send(const char *name, void *msg) {
+  weft_loop *loop = this_loop();
+  if (!name || !loop)
+    return -EINVAL;
+  return try_send_to(registry_find(loop->actors, name, name_hash(name)), msg);
+}
+
 /* ---- receiving -------------------------------------------------------- */
 static void undo_recv(weft_task *t, void *arg) {
   weft_actor *a = arg;

@@ -339,6 +339,59 @@ static int fifo_main(void *unused) {
   return 0;
 }
 
+/* ---- try_send: never waits, no cancellation point -------------------- */
+static int try_main(void *unused) {
+  (void)unused;
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  seen s = {.gate = gate};
+  weft_actor_opts o = {.mailbox_bound = 2};
+  weft_actor *a = weft_actor_spawn_opts("try", recorder, &s, &o);
+  CHECK(a);
+  weft_scope sc; /* a deadline that has passed refuses a send, not a try */
+  weft_scope_enter(&sc, weft_now() - 1);
+  CHECK_EQ(weft_actor_send_to(a, P(9)), -ETIMEDOUT);
+  CHECK_EQ(weft_actor_try_send_to(a, P(1)), 0);
+  CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+  CHECK_EQ(weft_actor_try_send("try", P(2)), 0);
+  CHECK_EQ(weft_actor_try_send_to(a, P(3)), -EAGAIN); /* full */
+  send_job j;
+  weft_task *t = start_sender(&j, a, 10);
+  settle();
+  CHECK_EQ(j.done, 0); /* waits for room */
+  CHECK_EQ(weft_actor_try_send("try", P(4)), -EAGAIN);
+  CHECK_EQ(weft_actor_try_send("nobody", P(5)), -ENOENT);
+  CHECK_EQ(weft_actor_try_send(NULL, P(5)), -EINVAL);
+  CHECK_EQ(weft_actor_try_send_to(NULL, P(5)), -EINVAL);
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(j.rc, 0);
+  CHECK_EQ(weft_actor_send_to(a, STOP), 0);
+  wait_ended(a);
+  check_got(&s, (intptr_t[]){1, 2, 10}, 3);
+  CHECK_EQ(weft_actor_try_send_to(a, P(6)), -ENOENT); /* ended */
+  weft_future_release(gate);
+  return 0;
+}
+
+static void test_try_send(void) {
+  CHECK_EQ(weft_main(try_main, NULL), 0);
+  /* Outside a task, before the loop runs: a mailbox with room takes it,
+   * a full one is -EAGAIN (a send would have to wait: -EINVAL). */
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  seen s = {.take = 1};
+  weft_actor_opts o = {.mailbox_bound = 1};
+  weft_actor *a = weft_actor_spawn_opts(NULL, recorder, &s, &o);
+  CHECK(a);
+  CHECK_EQ(weft_actor_try_send_to(a, P(7)), 0);
+  CHECK_EQ(weft_actor_try_send_to(a, P(8)), -EAGAIN);
+  CHECK_EQ(weft_actor_send_to(a, P(8)), -EINVAL);
+  CHECK_EQ(weft_loop_run(loop), 0);
+  check_got(&s, (intptr_t[]){7}, 1);
+  weft_loop_free(loop);
+}
+
 static void *self_sender(void *arg) {
   int *rc = arg;
   CHECK_EQ(weft_actor_send_to(weft_actor_self(), P(1)), 0);
@@ -946,6 +999,7 @@ static void *foreign_sender(void *arg) {
   rc[0] = weft_actor_send_to(other_loops, P(1));
   rc[1] = weft_actor_send("home", P(1)); /* names are per loop */
   rc[2] = weft_actor_wait(other_loops);
+  rc[3] = weft_actor_try_send_to(other_loops, P(1));
   return NULL;
 }
 
@@ -957,7 +1011,7 @@ static void test_other_loop(void) {
   weft_loop *away = weft_loop_new(NULL);
   CHECK(away);
   CHECK_EQ(weft_actor_wait(other_loops), -EINVAL); /* outside a task */
-  int rc[3] = {1, 1, 1};
+  int rc[4] = {1, 1, 1, 1};
   weft_task_opts to = {.loop = away};
   weft_task *t = weft_spawn_opts(foreign_sender, rc, &to);
   CHECK(t);
@@ -966,6 +1020,7 @@ static void test_other_loop(void) {
   CHECK_EQ(rc[0], -EINVAL);
   CHECK_EQ(rc[1], -ENOENT);
   CHECK_EQ(rc[2], -EINVAL);
+  CHECK_EQ(rc[3], -EINVAL);
   weft_loop_free(away);
   CHECK_EQ(weft_loop_run(home), 0);
   CHECK_EQ(rc_home, -ECANCELED);
@@ -1313,6 +1368,7 @@ int main(void) {
   test_fairness();
   test_fifo_order();
   test_backlog();
+  test_try_send();
   test_busy_older();
   test_memory();
   test_deadlock();
