@@ -448,17 +448,22 @@ static int send_bounded(weft_actor *a, void *msg) {
                            WAIT_MAILBOX_FULL, a);
 }
 
-static int send_to(weft_actor *a, void *msg) {
+/* A send to a (NULL: no such actor). `try`: weft_actor_try_send's, which
+ * never waits: a full bounded mailbox (or one with senders already waiting
+ * for room, who come first) is -EAGAIN, and no cancellation point. */
+static int send_to(weft_actor *a, void *msg, int try) {
   if (!a)
     return -ENOENT;
   if (!weft__callers(a->loop, a->loop->thread))
     return -EINVAL;
   if (!a->bound)
     return deliver(a, msg);
+  if (try)
+    return a->len >= a->bound || a->senders ? -EAGAIN : deliver(a, msg);
   return send_bounded(a, msg);
 }
 
-int weft_actor_send_to(weft_actor *h, void *msg) {
+static int send_by_handle(weft_actor *h, void *msg, int try) {
   if (!h)
     return -EINVAL;
   /* The thread first, from the record's loop, which never changes: the
@@ -466,43 +471,30 @@ int weft_actor_send_to(weft_actor *h, void *msg) {
   const weft_loop *loop = address_of(h)->loop;
   if (!weft__callers(loop, loop->thread))
     return -EINVAL;
-  return send_to(record_of(h), msg);
+  return send_to(record_of(h), msg, try);
+}
+
+static int send_by_name(const char *name, void *msg, int try) {
+  weft_loop *loop = this_loop();
+  if (!name || !loop)
+    return -EINVAL;
+  return send_to(registry_find(loop->actors, name, name_hash(name)), msg, try);
+}
+
+int weft_actor_send_to(weft_actor *h, void *msg) {
+  return send_by_handle(h, msg, 0);
 }
 
 int weft_actor_send(const char *name, void *msg) {
-  weft_loop *loop = this_loop();
-  if (!name || !loop)
-    return -EINVAL;
-  return send_to(registry_find(loop->actors, name, name_hash(name)), msg);
-}
-
-/* The same without waiting: a full bounded mailbox (or one with senders
- * already waiting for room, who come first) is -EAGAIN. Not a cancellation
- * point, and callable outside a task. */
-static int try_send_to(weft_actor *a, void *msg) {
-  if (!a)
-    return -ENOENT;
-  if (!weft__callers(a->loop, a->loop->thread))
-    return -EINVAL;
-  if (a->bound && (a->len >= a->bound || a->senders))
-    return -EAGAIN;
-  return deliver(a, msg);
+  return send_by_name(name, msg, 0);
 }
 
 int weft_actor_try_send_to(weft_actor *h, void *msg) {
-  if (!h)
-    return -EINVAL;
-  const weft_loop *loop = address_of(h)->loop;
-  if (!weft__callers(loop, loop->thread))
-    return -EINVAL;
-  return try_send_to(record_of(h), msg);
+  return send_by_handle(h, msg, 1);
 }
 
 int weft_actor_try_send(const char *name, void *msg) {
-  weft_loop *loop = this_loop();
-  if (!name || !loop)
-    return -EINVAL;
-  return try_send_to(registry_find(loop->actors, name, name_hash(name)), msg);
+  return send_by_name(name, msg, 1);
 }
 
 /* ---- receiving -------------------------------------------------------- */
