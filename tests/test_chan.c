@@ -1775,7 +1775,10 @@ static void *random_main(void *arg) {
       CHECK_EQ(rnd.got[id], rnd.sent[id]); /* once if sent, else never */
       sent += rnd.sent[id];
     }
-    CHECK_LT(1000, sent); /* the mix did send, a lot */
+    /* The mix did send, a lot. How much varies from run to run (select
+     * picks among ready cases at random): 1,144-1,399 in 15 runs of the
+     * 8 seeds, and once 988, which failed a bound of 1,000. */
+    CHECK_LT(500, sent);
   }
   return NULL;
 }
