@@ -352,37 +352,43 @@ static int enter(const weft_stream *s, uint8_t *busy) {
   return 0;
 }
 
-/* A read call starts (enter) and takes its turn. One the buffer serves
- * makes no I/O call, yet it counts as one towards the loop's fairness
- * budget (WEFT__IO_BUDGET, io.c), so that a task reading a flood of lines a
- * fast peer has sent yields every so many calls, as one reading the socket
- * itself does (without it, 100,000 lines in the socket held every other
- * task off until end of file: only the reads that filled the buffer
- * counted). The yield is the call's, the stream marked busy: a close
- * meanwhile makes the call -EBADF, a cancellation -ECANCELED. */
-static int begin_read(weft_stream *s) {
-  int rc = enter(s, &s->reading);
-  if (rc < 0)
-    return rc;
-  weft_task *t = weft__running_task();
-  if (!t || __builtin_expect(--t->loop->io_budget != 0, 1))
-    return 0;
-  t->loop->io_budget = WEFT__IO_BUDGET;
+/* A read call's turn. One the buffer serves makes no I/O call, yet it
+ * counts as one towards the loop's fairness budget (WEFT__IO_BUDGET, io.c),
+ * so that a task reading a flood of lines a fast peer has sent yields every
+ * so many calls, as one reading the socket itself does (without it,
+ * 100,000 lines in the socket held every other task off until end of file:
+ * only the reads that filled the buffer counted). The yield is the call's,
+ * the stream marked busy: a close meanwhile makes the call -EBADF, a
+ * cancellation -ECANCELED. */
+static __attribute__((noinline)) int take_turn(weft_stream *s) {
   /* Held as a read that waits is: a loop freed with the task in the ready
    * queue ends the call, or the stream stays busy for good (-EBUSY). */
   waiting w = {.s = s, .busy = &s->reading};
   weft__hold(&w.h, drop_call);
   (void)weft_yield(); /* a cancellation is seen by the checkpoint next */
   weft__unhold(&w.h);
-  rc = s->closed ? -EBADF : weft__checkpoint();
-  return rc < 0 ? (int)leave(s, &s->reading, rc) : 0;
+  return s->closed ? -EBADF : weft__checkpoint();
 }
 
-/* A read call begins with the error a read_exact left it, if any. */
-static int read_error(weft_stream *s) {
-  int rc = s->rerr;
-  s->rerr = 0;
-  return rc;
+/* A read call starts: enter, its turn, then the error a read_exact left
+ * for it, if any. Returns 0, or the call's result once it is over (it has
+ * left: s may be gone). */
+static int begin_read(weft_stream *s) {
+  int rc = enter(s, &s->reading);
+  if (rc < 0)
+    return rc;
+  weft_task *t = weft__running_task();
+  if (t && __builtin_expect(--t->loop->io_budget == 0, 0)) {
+    t->loop->io_budget = WEFT__IO_BUDGET;
+    if ((rc = take_turn(s)) < 0)
+      return (int)leave(s, &s->reading, rc);
+  }
+  if (s->rerr) {
+    rc = s->rerr;
+    s->rerr = 0;
+    return (int)leave(s, &s->reading, rc);
+  }
+  return 0;
 }
 
 /* A call ends; the last one out of a closed stream frees it. */
@@ -399,8 +405,7 @@ ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max) {
   int rc = begin_read(s);
   if (rc < 0)
     return rc;
-  return leave(s, &s->reading,
-               s->rerr ? read_error(s) : readline_in(s, buf, max));
+  return leave(s, &s->reading, readline_in(s, buf, max));
 }
 
 ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
@@ -409,7 +414,7 @@ ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len) {
   int rc = begin_read(s);
   if (rc < 0)
     return rc;
-  return leave(s, &s->reading, s->rerr ? read_error(s) : read_in(s, buf, len));
+  return leave(s, &s->reading, read_in(s, buf, len));
 }
 
 ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
@@ -418,8 +423,7 @@ ssize_t weft_stream_read_exact(weft_stream *s, void *buf, size_t len) {
   int rc = begin_read(s);
   if (rc < 0)
     return rc;
-  return leave(s, &s->reading,
-               s->rerr ? read_error(s) : read_exact_in(s, buf, len));
+  return leave(s, &s->reading, read_exact_in(s, buf, len));
 }
 
 ssize_t weft_stream_write(weft_stream *s, const void *buf, size_t len) {
