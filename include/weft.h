@@ -425,10 +425,10 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg);
  * the number next. weft keeps what it learnt of an fd (its kind, its
  * registration with epoll) until weft_close: after a plain close(2), a
  * new fd that the program opens at the same number is taken for the old
- * one, and a wait on it may never end. (fds weft creates itself reset the
- * entry.) A number that names no open fd is -EBADF. All of these
- * but weft_close must be called from a task (else -EINVAL); weft_close
- * works anywhere.
+ * one, and a wait on it may never end, unless weft_fd_forget was called
+ * for it. (fds weft creates itself reset the entry.) A number that names no
+ * open fd is -EBADF. All of these but weft_close must be called from a task
+ * (else -EINVAL); weft_close works anywhere.
  */
 
 #define WEFT_READ  1 /* readable (or end of file, or an error pending) */
@@ -477,6 +477,16 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 /* Closes fd, first waking every task waiting on it with -EBADF. Returns 0 or
  * close()'s error (a negative errno). */
 int weft_close(int fd);
+
+/* Makes weft forget fd without closing it: for an fd that other code
+ * closes with a plain close(2), such as a client library's socket that
+ * the program waits on with weft_wait_fd. Tasks waiting on it wake with
+ * -EBADF, as for weft_close, and a new fd at the same number is then
+ * learnt afresh. Call it before the close(2), or after it but before the
+ * number is used again. Returns 0 (also for an fd weft never saw), -EBADF
+ * for a negative fd, or -EINVAL where no loop runs on this thread: call it
+ * on the thread of the loop that used the fd. */
+int weft_fd_forget(int fd);
 
 /* A listening TCP socket on host:port, with SO_REUSEADDR. host is a
  * numeric address ("127.0.0.1", "::1" or "[::1]", "0.0.0.0", "::"; NULL or

@@ -833,18 +833,38 @@ void weft__hold_fd(weft__held_fd *h, int fd) {
   weft__hold(&h->h, drop_fd);
 }
 
+/* What weft_close does before it closes the fd outside the ring: the
+ * fd's waiters go, and so does all that the loop and its backend keep of
+ * it, requests prepared and not yet submitted included. */
+static void forget_all(weft_loop *loop, int fd) {
+  weft__fd_forget(loop, fd);
+  if (loop->backend->forget)
+    loop->backend->forget(loop, fd);
+  if (loop->backend->retract)
+    loop->backend->retract(loop, fd);
+}
+
+int weft_fd_forget(int fd) {
+  if (fd < 0)
+    return -EBADF;
+  weft_loop *loop = weft_loop_current();
+  if (!loop)
+    return -EINVAL;
+  forget_all(loop, fd);
+  return 0;
+}
+
 int weft_close(int fd) {
   if (fd < 0)
     return -EBADF;
   weft_loop *loop = weft_loop_current();
-  weft__fd_forget(loop, fd);
   if (loop && loop->backend->close && weft__running_task() &&
-      weft__loop_running == loop)
+      weft__loop_running == loop) {
+    weft__fd_forget(loop, fd);
     return loop->backend->close(loop, fd);
-  if (loop && loop->backend->forget)
-    loop->backend->forget(loop, fd);
-  if (loop && loop->backend->retract)
-    loop->backend->retract(loop, fd);
+  }
+  if (loop)
+    forget_all(loop, fd);
   /* Linux frees the fd even when close fails with EINTR: never retry. */
   if (close(fd) < 0 && errno != EINTR)
     return -errno;

@@ -1096,6 +1096,68 @@ static void test_dropped_recv(void) {
   dropped_recv(1);
 }
 
+/* ---- weft_fd_forget ------------------------------------------------------
+ * Code outside weft closes a socket weft has waited on, and the number
+ * comes back as another socket. After weft_fd_forget a wait on it ends
+ * when its bytes come (on epoll, the old registration went with the close
+ * and the wait would last for ever); a task parked on the number when it
+ * is forgotten wakes with -EBADF. */
+static int fg_a[2], fg_b[2], fg_n;
+
+static void *fg_sender(void *arg) {
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
+  CHECK_EQ(write(*(int *)arg, "new", 3), 3);
+  return NULL;
+}
+
+static void *fg_parked(void *arg) {
+  (void)arg;
+  char buf[8];
+  return P(weft_recv(fg_n, buf, sizeof buf, 0));
+}
+
+static void *forget_main(void *arg) {
+  (void)arg;
+  char buf[8];
+  CHECK(weft_go(fg_sender, &fg_a[1]) == 0);
+  CHECK_EQ(weft_recv(fg_n, buf, sizeof buf, 0), 3); /* learnt and watched */
+  CHECK_EQ(close(fg_n), 0);                         /* behind weft's back */
+  CHECK_EQ(dup2(fg_b[0], fg_n), fg_n);
+  CHECK_EQ(weft_fd_forget(fg_n), 0);
+  CHECK(weft_go(fg_sender, &fg_b[1]) == 0);
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + WEFT_SEC(5));
+  CHECK_EQ(weft_recv(fg_n, buf, sizeof buf, 0), 3);
+  CHECK(memcmp(buf, "new", 3) == 0);
+  CHECK_EQ(weft_scope_exit(&sc), 0);
+  /* The old socket is closed for good: on io_uring with provided buffers
+   * the forget cancelled its multishot recv, which held it open. */
+  CHECK_EQ(recv(fg_a[1], buf, sizeof buf, MSG_DONTWAIT), 0);
+
+  weft_task *t = weft_spawn(fg_parked, NULL);
+  CHECK(t);
+  CHECK_EQ(weft_yield(), 0); /* it parks */
+  CHECK_EQ(weft_fd_forget(fg_n), 0);
+  void *res;
+  CHECK_EQ(weft_join(t, &res), 0);
+  CHECK_EQ(I(res), -EBADF);
+  CHECK_EQ(weft_fd_forget(-1), -EBADF);
+  CHECK_EQ(weft_fd_forget(fg_b[1]), 0); /* never seen: nothing to do */
+  return NULL;
+}
+
+static void test_forget(void) {
+  CHECK_EQ(weft_fd_forget(0), -EINVAL); /* no loop on this thread */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fg_a), 0);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fg_b), 0);
+  fg_n = fg_a[0];
+  check_run(forget_main, NULL);
+  close(fg_n); /* a copy of fg_b[0] */
+  close(fg_a[1]);
+  close(fg_b[0]);
+  close(fg_b[1]);
+}
+
 static void test_outside_task(void) {
   char c;
   CHECK_EQ(weft_read(0, &c, 1), -EINVAL);
@@ -1124,6 +1186,7 @@ int main(void) {
   test_reuse();
   test_yield_closed();
   test_dropped_recv();
+  test_forget();
   test_cancel();
   test_epipe();
   test_sent_sigpipe();
