@@ -475,7 +475,9 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 
 /* Closes fd, first waking every task waiting on it with -EBADF. Returns 0 or
- * close()'s error (a negative errno). */
+ * close()'s error (a negative errno). On a thread where no loop runs (a
+ * job of weft_run_in_thread, say) it is a plain close(2), which no loop
+ * hears of: close an fd a loop has used on that loop's thread. */
 int weft_close(int fd);
 
 /* Makes weft forget fd without closing it: for an fd that other code
