@@ -8,14 +8,18 @@
  *  - join returns the result, once: a second joiner (waiting or after the
  *    first join) is refused, and so is a stale handle whose record was
  *    reused, joining oneself, a detached task or NULL;
- *  - detach, go, self, yield inside and outside a task;
+ *  - detach, go, self, yield inside and outside a task (a yield that
+ *    returns -ETIMEDOUT or -ECANCELED still lets the others run first);
  *  - cancel: a task parked in join gets -ECANCELED (the handle stays
  *    valid); cancelled before its first run, its first blocking call fails;
  *    level-triggered afterwards; finished -> -ESRCH; NULL -> -EINVAL;
- *  - the deadlock rule: two tasks joining each other are cancelled, and
- *    weft_main returns (with WEFT_DEBUG=1 the dump is printed first);
+ *  - the deadlock rule: two tasks joining each other are cancelled, in
+ *    shielded scopes too, and weft_main returns (with WEFT_DEBUG=1 the
+ *    dump is printed first);
  *  - weft_loop_new/run/free/stop/current, spawning before run and joining
  *    after it from outside, tasks dropped unfinished by weft_loop_free;
+ *    weft_loop_free from inside the loop's run does nothing, a nested
+ *    weft_loop_run from a callback is -EINVAL;
  *  - weft_dump: names, states, what they wait on, stack sizes;
  *  - names, ids, stack sizes (weft_task_opts, weft_config);
  *  - errno belongs to the task across switches;
@@ -413,6 +417,17 @@ static int go_main(void *arg) {
   CHECK_EQ(weft_join(t, NULL), 0);
   CHECK_PTR_EQ(self_seen, t);
   CHECK_EQ(go_ran, 111);
+  /* Past a scope's deadline, or cancelled, it still yields first. */
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() - 1);
+  CHECK_EQ(weft_go(go_task, P(1000)), 0);
+  CHECK_EQ(weft_yield(), -ETIMEDOUT);
+  CHECK_EQ(go_ran, 1111);
+  CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+  CHECK_EQ(weft_go(go_task, P(10000)), 0);
+  CHECK_EQ(weft_cancel(me), 0);
+  CHECK_EQ(weft_yield(), -ECANCELED);
+  CHECK_EQ(go_ran, 11111);
   return 0;
 }
 
@@ -598,24 +613,31 @@ static void regress_cancelled_join_claims_target(void) {
 static weft_task *ha, *hb;
 static int rca = 1, rcb = 1;
 
+/* arg non-NULL: the join is made inside a shielded scope. */
+static int shielded_join(weft_task *t, void *shield) {
+  weft_scope s;
+  weft_scope_enter(&s, WEFT_NEVER);
+  weft_scope_shield(&s, shield != NULL);
+  int rc = weft_join(t, NULL);
+  CHECK_EQ(weft_scope_exit(&s), 0);
+  return rc;
+}
+
 static void *join_b(void *arg) {
-  (void)arg;
   CHECK_EQ(weft_yield(), 0); /* let b start first */
-  rca = weft_join(hb, NULL);
+  rca = shielded_join(hb, arg);
   return NULL;
 }
 
 static void *join_a(void *arg) {
-  (void)arg;
-  rcb = weft_join(ha, NULL);
+  rcb = shielded_join(ha, arg);
   return NULL;
 }
 
 static int deadlock_main(void *arg) {
-  (void)arg;
   weft_task_opts oa = {.name = "alice"}, ob = {.name = "bob"};
-  ha = weft_spawn_opts(join_b, NULL, &oa);
-  hb = weft_spawn_opts(join_a, NULL, &ob);
+  ha = weft_spawn_opts(join_b, arg, &oa);
+  hb = weft_spawn_opts(join_a, arg, &ob);
   CHECK(ha && hb);
   return 5; /* and leave them to it */
 }
@@ -623,6 +645,12 @@ static int deadlock_main(void *arg) {
 static void test_deadlock(void) {
   rca = rcb = 1;
   CHECK_EQ(weft_main(deadlock_main, NULL), 5);
+  CHECK_EQ(rca, -ECANCELED);
+  CHECK_EQ(rcb, -ECANCELED);
+  /* Shielded, they are cancelled all the same: nothing else could wake
+   * them. */
+  rca = rcb = 1;
+  CHECK_EQ(weft_main(deadlock_main, P(1)), 5);
   CHECK_EQ(rca, -ECANCELED);
   CHECK_EQ(rcb, -ECANCELED);
 
@@ -669,6 +697,20 @@ static int never_run(void *arg) {
 static int main_inside(void *arg) {
   (void)arg;
   return weft_main(never_run, NULL); /* -EINVAL: a loop runs already */
+}
+
+/* From a callback of the running loop: weft_loop_free does nothing, and
+ * weft_loop_run is -EINVAL. */
+static int inside_run_rc = 1;
+static void free_and_run_inside(void *loop) {
+  weft_loop_free(loop);
+  inside_run_rc = weft_loop_run(loop);
+}
+
+static void *free_inside_task(void *loop) {
+  weft_loop_free(loop);
+  CHECK_EQ(weft_yield(), 0); /* its loop is still there */
+  return P(5);
 }
 
 static void *count_forever(void *arg) {
@@ -751,6 +793,24 @@ static void test_loops(void) {
   CHECK_EQ(weft_main(run_inside, l1), -EINVAL);
   CHECK_EQ(weft_main(main_inside, NULL), -EINVAL);
   weft_loop_free(l1);
+  CHECK(weft_loop_current() == NULL);
+
+  /* Freeing the older of two leaves the newer current. */
+  l1 = weft_loop_new(NULL);
+  l2 = weft_loop_new(NULL);
+  CHECK(l1 && l2);
+  weft_loop_free(l1);
+  CHECK_PTR_EQ(weft_loop_current(), l2);
+  /* Freed or run from inside its own run: nothing happens, -EINVAL. */
+  CHECK_EQ(weft_call_soon(free_and_run_inside, l2), 0);
+  t2 = weft_spawn(free_inside_task, l2);
+  CHECK(t2 != NULL);
+  CHECK_EQ(weft_loop_run(l2), 0);
+  CHECK_EQ(inside_run_rc, -EINVAL);
+  CHECK_EQ(weft_join(t2, &r), 0);
+  CHECK_EQ(I(r), 5);
+  CHECK_PTR_EQ(weft_loop_current(), l2);
+  weft_loop_free(l2);
   CHECK(weft_loop_current() == NULL);
 
   /* weft_loop_stop: run returns 1; unfinished tasks stay and resume on
