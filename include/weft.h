@@ -264,8 +264,9 @@ int weft_yield(void);
 int weft_cancel(weft_task *t);
 
 /* The task's id (unique in the process, counting from 1) and name (NULL if
- * none); 0 and NULL for a handle whose task has ended, or asked from
- * another thread than its loop's. */
+ * none), also once the task has ended and until its handle is consumed;
+ * 0 and NULL for a handle consumed (joined, or detached and its task
+ * ended), or asked from another thread than its loop's. */
 uint64_t weft_task_id(const weft_task *t);
 const char *weft_task_name(const weft_task *t);
 

@@ -7,7 +7,8 @@
  * order is FIFO, to the exact interleaving;
  *  - join returns the result, once: a second joiner (waiting or after the
  *    first join) is refused, and so is a stale handle whose record was
- *    reused, joining oneself, a detached task or NULL;
+ *    reused, joining oneself, a detached task or NULL; an ended task's
+ *    handle keeps its id and name until joined;
  *  - detach, go, self, yield inside and outside a task (a yield that
  *    returns -ETIMEDOUT or -ECANCELED still lets the others run first);
  *  - cancel: a task parked in join gets -ECANCELED (the handle stays
@@ -341,11 +342,18 @@ static int join_main(void *arg) {
   CHECK_EQ(I(r), 30);
   CHECK_EQ(weft_join(shared, NULL), -EINVAL); /* after the first completed */
 
-  /* A task that finished before anyone joined: join returns at once. */
-  t = weft_spawn(yield_n, P(0));
+  /* A task that finished before anyone joined: join returns at once. Until
+   * then its handle keeps its id and name (only its record is left). */
+  weft_task_opts done_opts = {.name = "done"};
+  t = weft_spawn_opts(yield_n, P(0), &done_opts);
   CHECK(t != NULL);
+  uint64_t done_id = weft_task_id(t);
+  CHECK_GT(done_id, 0);
   CHECK_EQ(weft_yield(), 0);
   CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_cancel(t), -ESRCH); /* it has ended */
+  CHECK_EQ(weft_task_id(t), done_id);
+  CHECK_STR_EQ(weft_task_name(t), "done");
   CHECK_EQ(weft_join(t, &r), 0);
   CHECK_EQ(I(r), 0);
 
