@@ -53,7 +53,8 @@
  *    on fd INT_MAX, all -EBADF;
  *  - signals: weft_signal_wait gets a signal sent by kill() from another
  *    task, by raise() before the call (kept pending: the mask stays), by a
- *    pthread; cancelled, expired; misuse; a loop freed while a task
+ *    pthread; one signal ends one of two waits, a second the other;
+ *    cancelled, expired; misuse; a loop freed while a task
  *    waits closes the wait's signalfd.
  *
  * Every case ends with no job pending and no fd left open.
@@ -2467,6 +2468,29 @@ static void *thread_send_usr2(void *arg) {
   return NULL;
 }
 
+/* Waits for SIGUSR1 once, and counts it. */
+static int usr1_woken;
+static void *wait_usr1(void *arg) {
+  (void)arg;
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, SIGUSR1);
+  int signo = 0;
+  CHECK_EQ(weft_signal_wait(&one, &signo), 0);
+  CHECK_EQ(signo, SIGUSR1);
+  usr1_woken++;
+  return NULL;
+}
+
+static void wait_woken(int n) {
+  for (int i = 0; usr1_woken < n; i++) {
+    CHECK_LT(i, 5000); /* 5 s */
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  }
+  CHECK_EQ(weft_sleep(WEFT_MS(20)), 0); /* and no more than n */
+  CHECK_EQ(usr1_woken, n);
+}
+
 static void *signal_main(void *arg) {
   (void)arg;
   sigset_t set;
@@ -2537,6 +2561,20 @@ static void *signal_main(void *arg) {
   CHECK_EQ(is_pending(SIGUSR1), 1); /* not consumed */
   CHECK_EQ(weft_signal_wait(&one, &signo), 0);
   CHECK_EQ(signo, SIGUSR1);
+
+  /* One signal ends one wait: two tasks waiting for it need two. */
+  usr1_woken = 0;
+  weft_task *w1 = weft_spawn(wait_usr1, NULL);
+  weft_task *w2 = weft_spawn(wait_usr1, NULL);
+  CHECK(w1 && w2);
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0); /* both wait */
+  CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+  wait_woken(1);
+  CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+  wait_woken(2);
+  CHECK_EQ(weft_join(w1, NULL), 0);
+  CHECK_EQ(weft_join(w2, NULL), 0);
+  CHECK_EQ(is_pending(SIGUSR1), 0);
 
   /* Cancelled while waiting. */
   cancel_req c;
