@@ -19,7 +19,8 @@
  *  - a wait whose deadline's timer cannot be made: -ENOMEM, and the
  *    children are not cancelled (a later wait waits for them);
  *  - a thousand children;
- *  - misuse: NULL, no loop, outside a task, another loop's group;
+ *  - misuse: NULL, no loop, outside a task, another loop's group; a
+ *    child's handle joined or detached (-EINVAL), used once it ended;
  *  - a wait that would wait for itself: a child's on its own group, a
  *    grandchild's through a nested group, crosswise between two groups
  *    (-EDEADLK, not a loop spinning for ever);
@@ -767,6 +768,19 @@ static void *misuse_main(void *arg) {
   CHECK(weft_group_spawn(g, NULL, NULL) == NULL);
   CHECK_EQ(errno, EINVAL);
   CHECK_EQ(weft_group_wait(g), 0); /* the failed spawn left nothing */
+  /* The group owns its children: joining or detaching one is refused and
+   * changes nothing; once it ended, its handle is stale. */
+  kids_reset();
+  kids[0].delay = WEFT_MS(1);
+  weft_task *c = weft_group_spawn(g, sleeper, &kids[0]);
+  CHECK(c);
+  CHECK_GT(weft_task_id(c), 0);
+  CHECK_EQ(weft_join(c, NULL), -EINVAL);
+  CHECK_EQ(weft_detach(c), -EINVAL);
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(kids[0].rc, 0);
+  CHECK_EQ(weft_cancel(c), -ESRCH);
+  CHECK_EQ(weft_task_id(c), 0);
   weft_group_free(g);
   return NULL;
 }
