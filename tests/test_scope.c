@@ -25,7 +25,8 @@
  *    waits (it ends at the new deadline), brought forward to a time past
  *    (it ends at once), lifted by the task itself before it parks, and an
  *    inner deadline moved past the outer one's (the outer one's timer
- *    takes over); -EINVAL for NULL or a scope exited;
+ *    takes over); -EINVAL for NULL, a scope exited, one entered outside a
+ *    task, or from another thread;
  *  - misuse: exit out of order (-EINVAL, nothing changes), twice, from
  *    another task, of a scope entered outside a task;
  *  - a generator's body: its scopes are its own (no yield inside one, no
@@ -670,10 +671,11 @@ static void *other_task_exits(void *arg) {
 
 /* From another thread, weft_scope_cancel and weft_scope_shield are ignored,
  * as weft_cancel refuses it: they would wake the task onto its loop's ready
- * queue while the loop runs (they once did). The loop's thread is held in
- * pthread_join meanwhile, so the calls race with nothing here. */
+ * queue while the loop runs (they once did); weft_scope_set_deadline is
+ * -EINVAL. The loop's thread is held in pthread_join meanwhile, so the
+ * calls race with nothing here. */
 static weft_scope *xs;
-static int xs_rc = 1;
+static int xs_rc = 1, xs_set_rc = 1;
 static void *xs_victim(void *arg) {
   (void)arg;
   weft_scope s, in;
@@ -691,6 +693,7 @@ static void *xs_victim(void *arg) {
 static void *xs_thread(void *arg) {
   weft_scope_shield(arg, false); /* would let s's cancellation through */
   weft_scope_cancel(arg);        /* would cancel the shielded scope */
+  xs_set_rc = weft_scope_set_deadline(arg, 0); /* would end the sleep */
   return NULL;
 }
 static void *scope_from_thread(void *arg) {
@@ -703,7 +706,8 @@ static void *scope_from_thread(void *arg) {
   CHECK_EQ(pthread_create(&th, NULL, xs_thread, xs), 0);
   CHECK_EQ(pthread_join(th, NULL), 0);
   CHECK_EQ(weft_join(v, NULL), 0);
-  CHECK_EQ(xs_rc, 0); /* neither cancelled nor unshielded */
+  CHECK_EQ(xs_rc, 0); /* neither cancelled nor unshielded, nor expired */
+  CHECK_EQ(xs_set_rc, -EINVAL);
   return NULL;
 }
 
@@ -711,6 +715,7 @@ static void test_misuse(void) {
   /* Outside any loop, and in a loop but outside a task. */
   weft_scope s;
   weft_scope_enter(&s, weft_now() + WEFT_MS(1));
+  CHECK_EQ(weft_scope_set_deadline(&s, WEFT_NEVER), -EINVAL);
   CHECK_EQ(weft_scope_exit(&s), -EINVAL);
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
