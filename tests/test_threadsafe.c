@@ -21,7 +21,8 @@
  *    a ping-pong between the two loops (each wakes the other, every time);
  *  - pool jobs: each job sends a sequence to the loop that submitted it
  *    (captured before submission), and one completes a future of that loop
- *    through a callback, holding a loop reference meanwhile.
+ *    through a callback, holding a loop reference meanwhile;
+ *  - task ids: unique in the process, with two threads spawning at once.
  *
  * The payload is no allocation: sender and sequence number are packed
  * into the void * argument.
@@ -663,6 +664,48 @@ static void join_off_thread(void) {
   printf("  join, detach, id and name from another thread: refused: ok\n");
 }
 
+/* Task ids are unique in the process: two threads spawn tasks at once,
+ * each on its own loop, and no id is 0 or seen twice. */
+#define NIDS 3000
+static uint64_t ids[2 * NIDS];
+
+static void *no_op(void *arg) { return arg; }
+
+static int spawn_ids(void *arg) {
+  uint64_t *out = arg;
+  for (int i = 0; i < NIDS; i++) {
+    weft_task *t = weft_spawn(no_op, NULL);
+    CHECK(t);
+    out[i] = weft_task_id(t);
+    CHECK_EQ(weft_join(t, NULL), 0);
+  }
+  return 0;
+}
+
+static void *spawn_ids_thread(void *arg) {
+  CHECK_EQ(weft_main(spawn_ids, arg), 0);
+  return NULL;
+}
+
+static int cmp_id(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void unique_ids(void) {
+  begin("task ids from two threads");
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_create(&th[i], NULL, spawn_ids_thread, ids + i * NIDS), 0);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_join(th[i], NULL), 0);
+  qsort(ids, 2 * NIDS, sizeof ids[0], cmp_id);
+  CHECK_GT(ids[0], 0);
+  for (int i = 1; i < 2 * NIDS; i++)
+    CHECK_GT(ids[i], ids[i - 1]);
+  printf("  task ids from two threads: unique: ok\n");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   main_thread = pthread_self();
@@ -690,6 +733,7 @@ int main(void) {
   free_off_thread();
   foreign_thread();
   join_off_thread();
+  unique_ids();
   alarm(0);
   CHECK_EQ(check_fd_count(), fds);
   struct rusage ru;
