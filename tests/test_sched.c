@@ -86,6 +86,24 @@ static int returns_first(void *arg) {
   return (int)I(arg);
 }
 
+/* weft_main's task is weft_main's: no other task may join or detach it,
+ * nor may the task itself. */
+static weft_task *main_handle;
+static void *joins_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_join(main_handle, NULL), -EINVAL);
+  CHECK_EQ(weft_detach(main_handle), -EINVAL);
+  return NULL;
+}
+static int owned_main(void *arg) {
+  main_handle = weft_self();
+  weft_task *t = weft_spawn(joins_main, NULL);
+  CHECK(t);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(weft_detach(main_handle), -EINVAL);
+  return (int)I(arg);
+}
+
 /* Asleep for ever, with nothing else left: the deadlock rule cancels it
  * (a timer at WEFT_NEVER once kept the loop alive for ever). */
 static int sleeps_forever(void *arg) {
@@ -214,6 +232,7 @@ static void test_main_value(void) {
   CHECK_EQ(weft_main(NULL, NULL), -EINVAL);
   CHECK_EQ(weft_main(stop_early, P(42)), -EINTR);
   CHECK_EQ(weft_main(returns_first, P(43)), 43);
+  CHECK_EQ(weft_main(owned_main, P(44)), 44);
   CHECK(weft_loop_current() == NULL); /* weft_main freed its loop */
 }
 
