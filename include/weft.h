@@ -742,7 +742,9 @@ typedef struct weft_scope {
 void weft_scope_enter(weft_scope *s, int64_t deadline);
 
 /* Leaves s. Returns -ETIMEDOUT if its deadline was reached by a blocking
- * call inside it, -ECANCELED if it was cancelled, else 0. Only s's own
+ * call inside it (also one that returned -ECANCELED because the task or
+ * an outer scope was cancelled as well), -ECANCELED if s was cancelled,
+ * else 0. Only s's own
  * expiry or cancellation is reported (and absorbed): an outer scope's, or
  * the task's, stays in force for the code after it. -EINVAL if s is not
  * the calling task's innermost scope (nothing changes then). */
