@@ -971,8 +971,10 @@ void weft_cond_init(weft_cond *c);
  * cancellation; -EDEADLK, the one return without m held, if the loop found
  * its tasks deadlocked while m was being locked again (the task holding m
  * is cancelled at the same time, and may unlock m as it cleans up: to
- * another task, or free, never to the caller, who must not unlock it);
- * -EPERM if the caller does not hold m; -EINVAL. */
+ * another task, or free, never to the caller, who must not unlock it),
+ * or if m, while the caller waited, got waiters of another loop (run on
+ * this thread meanwhile), behind which it may not queue; -EPERM if the
+ * caller does not hold m; -EINVAL. */
 int weft_cond_wait(weft_cond *c, weft_mutex *m);
 
 /* Wakes the first waiter, or every one. NULL is ignored. */

@@ -147,7 +147,9 @@ int weft_cond_wait(weft_cond *c, weft_mutex *m) {
   int lrc = weft_mutex_lock(m);
   weft_scope_exit(&shield);
   /* Only a deadlock's forced cancellation, which no shield holds off, stops
-   * the lock: m is not held, which no other return value would say. */
+   * the lock, or a refusal (-EINVAL) because m got another loop's waiters
+   * while c was waited on: m is not held, which no other return value
+   * would say. */
   return lrc < 0 ? -EDEADLK : rc;
 }
 

@@ -17,7 +17,8 @@
  *    its holder lets go); one cancelled before it waits never lets the
  *    mutex go (a task queued on it does not get it in between); -EPERM when
  * waiting without holding the mutex; a cancelled waiter leaves the queue, a
- * later signal goes to the next;
+ * later signal goes to the next; -EDEADLK, without the mutex, when the
+ * mutex got another loop's waiters while the task waited;
  *  - sem: counting, trywait -EAGAIN, FIFO hand-off on post (a trywait right
  *    after the post finds nothing: the unit went to the waiter), value,
  *    cancellation and deadlines (no unit taken), -EOVERFLOW at SIZE_MAX;
@@ -1209,6 +1210,69 @@ static void test_foreign_waiters(void) {
   weft_loop_free(a);
 }
 
+/* A condition wait whose mutex, while it waited, got waiters of another loop
+ * (run on the same thread while its own was stopped): taking the mutex back
+ * would queue it behind them, which is refused, so it returns -EDEADLK
+ * without the mutex, as after a deadlock, though there is none. */
+static weft_mutex rf_m = WEFT_MUTEX_INIT;
+static weft_cond rf_c = WEFT_COND_INIT;
+static weft_event rf_go = WEFT_EVENT_INIT;
+static int rf_rc[3] = {PENDING, PENDING, PENDING};
+
+static void *rf_waiter(void *arg) { /* loop a's */
+  (void)arg;
+  CHECK_EQ(weft_mutex_lock(&rf_m), 0);
+  rf_rc[0] = weft_cond_wait(&rf_c, &rf_m);
+  rf_rc[1] = weft_mutex_unlock(&rf_m);
+  return NULL;
+}
+
+static void *rf_holder(void *arg) { /* loop b's: holds rf_m until rf_go */
+  (void)arg;
+  CHECK_EQ(weft_mutex_lock(&rf_m), 0);
+  CHECK_EQ(weft_event_wait(&rf_go), 0);
+  CHECK_EQ(weft_mutex_unlock(&rf_m), 0);
+  return NULL;
+}
+
+static void *rf_queued(void *arg) { /* loop b's: waits for rf_m */
+  (void)arg;
+  rf_rc[2] = weft_mutex_lock(&rf_m);
+  if (rf_rc[2] == 0)
+    CHECK_EQ(weft_mutex_unlock(&rf_m), 0);
+  return NULL;
+}
+
+static void *rf_stop(void *loop) {
+  for (int i = 0; i < 4; i++)
+    CHECK_EQ(weft_yield(), 0);
+  weft_loop_stop(loop);
+  return NULL;
+}
+
+static void test_cond_relock_foreign(void) {
+  weft_loop *a = weft_loop_new(NULL);
+  CHECK(a);
+  CHECK_EQ(weft_go(rf_waiter, NULL), 0);
+  CHECK_EQ(weft_go(rf_stop, a), 0);
+  CHECK_EQ(weft_loop_run(a), 1); /* rf_waiter in the wait, rf_m free */
+  weft_loop *b = weft_loop_new(NULL);
+  CHECK(b);
+  CHECK_EQ(weft_go(rf_holder, NULL), 0);
+  CHECK_EQ(weft_go(rf_queued, NULL), 0);
+  CHECK_EQ(weft_go(rf_stop, b), 0);
+  CHECK_EQ(weft_loop_run(b), 1); /* rf_m held, b's task queued on it */
+  weft_cond_signal(&rf_c);       /* a's own call: a's waiter wakes */
+  CHECK_EQ(weft_loop_run(a), 0);
+  CHECK_EQ(rf_rc[0], -EDEADLK); /* not -EINVAL: rf_m was let go */
+  CHECK_EQ(rf_rc[1], -EPERM);   /* and is not held */
+  weft_loop_free(a);
+  weft_event_set(&rf_go);
+  CHECK_EQ(weft_loop_run(b), 0);
+  CHECK_EQ(rf_rc[2], 0); /* b's own tasks were not disturbed */
+  weft_loop_free(b);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
@@ -1231,6 +1295,7 @@ int main(void) {
   CHECK_SUBTEST(test_dropped_owner);
   CHECK_SUBTEST(test_foreign_waiters);
   CHECK_SUBTEST(test_loop_freed);
+  CHECK_SUBTEST(test_cond_relock_foreign);
   CHECK_EQ(check_fd_count(), fds);
   if (check_subtest_failures) {
     fprintf(stderr, "test_sync: %d case(s) failed\n", check_subtest_failures);
