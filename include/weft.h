@@ -459,7 +459,9 @@ ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
 
 /* Writes all len bytes, in as many writes as it takes. Returns len; if an
  * error (or a cancellation) stops it after n > 0 bytes went out, returns n
- * (the next call reports the error); if nothing went out, the error. */
+ * (the next call reports an error: the same, or -EPIPE after a connection
+ * reset, which a socket reports only once); if nothing went out, the
+ * error. A caller that needs the error itself loops on weft_write. */
 ssize_t weft_write_all(int fd, const void *buf, size_t len);
 
 /* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC. `addr` and `addrlen` may be
