@@ -21,7 +21,12 @@
  * Not so once the peer has hung up or an error is pending (FD_EXCEPT): that
  * stays after the data is drained, and edge-triggered epoll reported it
  * only once, so the next read must be tried; nor once urgent data has come
- * (FD_EXCEPT too): a read stops short at its mark, data behind it.
+ * (FD_EXCEPT too): a read stops short at its mark, data behind it; nor
+ * ever on a Unix stream socket (FD_EXCEPT from the start), whose read
+ * stops short after a message that carried fds (SCM_RIGHTS, dropped by a
+ * read) and where the sender changes (SO_PASSCRED), with more queued; nor
+ * on a pipe, which a writer with O_DIRECT fills with packets, read one a
+ * call (the read end cannot tell: the flag is the writer's).
  *
  * A call that is not about the queue of bytes (no bytes, MSG_OOB,
  * MSG_ERRQUEUE) neither reads nor clears the hints: an urgent byte or an
@@ -87,14 +92,15 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
   if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISBLK(st.st_mode))
     flags |= FD_UNPOLLABLE;
   else if (S_ISFIFO(st.st_mode))
-    flags |= FD_STREAM;
+    flags |= FD_STREAM | FD_EXCEPT; /* FD_EXCEPT: see the top */
   else if (S_ISSOCK(st.st_mode)) {
-    int type = 0;
+    int type = 0, family = 0;
     socklen_t len = sizeof type;
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
-        type == SOCK_STREAM)
-      flags |= FD_STREAM;
-    flags |= FD_SOCKET;
+        type == SOCK_STREAM &&
+        getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
+      family = AF_UNIX; /* unknown: take no short read for drained */
+    flags |= (uint8_t)(FD_SOCKET | weft__sock_kind(family, type));
   }
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0)
@@ -153,14 +159,21 @@ weft__fd *weft__fd_fresh(weft_loop *loop, int fd) {
   return e;
 }
 
-int weft__fd_adopt(int fd, int stream) {
+unsigned weft__sock_kind(int family, int type) {
+  if (type != SOCK_STREAM)
+    return 0;
+  return family == AF_UNIX ? FD_STREAM | FD_EXCEPT : FD_STREAM;
+}
+
+int weft__fd_adopt(int fd, unsigned kind) {
   weft_loop *loop = weft_loop_current();
   if (!loop)
     return 0;
   weft__fd *e = weft__fd_fresh(loop, fd);
   if (!e)
     return -ENOMEM;
-  e->flags = FD_KNOWN | FD_NONBLOCK | FD_SOCKET | (stream ? FD_STREAM : 0);
+  e->flags = (uint8_t)(FD_KNOWN | FD_NONBLOCK | FD_SOCKET |
+                       (kind & (FD_STREAM | FD_EXCEPT)));
   e->ready = WEFT_READ | WEFT_WRITE;
   first_watch(loop, fd, e);
   return 0;
@@ -712,13 +725,20 @@ static void drop_one(weft_loop *loop, int fd) {
   loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-static int listener_is_stream(const weft_loop *loop, int fd) {
+/* What a connection accepted on fd starts with: FD_STREAM, FD_EXCEPT
+ * (weft__sock_kind of the listener's family and type; a listener that
+ * has seen an exception passes FD_EXCEPT on too, which only costs its
+ * connections a read that finds nothing after a short one). */
+static unsigned listener_kind(const weft_loop *loop, int fd) {
   if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
-    return (loop->fds[fd].flags & FD_STREAM) != 0;
-  int type = 0;
+    return loop->fds[fd].flags & (FD_STREAM | FD_EXCEPT);
+  int type = 0, family = 0;
   socklen_t len = sizeof type;
-  return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
-         type == SOCK_STREAM;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+    return 0;
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
+    family = AF_UNIX;
+  return weft__sock_kind(family, type);
 }
 
 #define ACCEPT_BACKOFF_MIN WEFT_MS(1)
@@ -749,8 +769,9 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen) {
       if (room > path_at && *addrlen <= path_at && addr->sa_family == AF_UNIX)
         ((struct sockaddr_un *)addr)->sun_path[0] = '\0';
       /* A connection is of its listener's type: a SOCK_SEQPACKET one is
-       * not a stream, whose short read would mean "drained". */
-      weft__fd_adopt((int)c, listener_is_stream(loop, fd));
+       * not a stream, whose short read would mean "drained"; and of its
+       * family (a Unix one's short read need not be either). */
+      weft__fd_adopt((int)c, listener_kind(loop, fd));
       return (int)c;
     }
     /* The connection went away before it could be taken (reset while it

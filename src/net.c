@@ -71,7 +71,7 @@ static int new_socket(int family, int type) {
   int fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -errno;
-  int rc = weft__fd_adopt(fd, type == SOCK_STREAM);
+  int rc = weft__fd_adopt(fd, weft__sock_kind(family, type));
   if (rc < 0) {
     close(fd);
     return rc;
