@@ -8,6 +8,7 @@
  * reported once (it becomes a ready hint), not on every epoll_wait.
  */
 #include "backend.h"
+#include "tools.h"
 
 #ifdef __linux__
 
@@ -29,7 +30,9 @@ typedef struct epoll_state {
 
 /* epoll_pwait2 is missing (ENOSYS: before Linux 5.11, or under a tool that
  * does not know it, like valgrind 3.19): learnt once per process. Relaxed
- * atomics: any thread may learn it first; a stale 0 costs one ENOSYS. */
+ * atomics: any thread may learn it first; a stale 0 costs one ENOSYS.
+ * Under valgrind it is never tried: 3.19 prints a warning of many lines
+ * for the first call. */
 static int no_pwait2;
 
 static int epoll_init(weft_loop *loop) {
@@ -48,6 +51,8 @@ static int epoll_init(weft_loop *loop) {
     return -err;
   }
   loop->backend_data = st;
+  if (RUNNING_ON_VALGRIND)
+    __atomic_store_n(&no_pwait2, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
