@@ -65,10 +65,10 @@ typedef struct weft__waiter {
 
 /* fd entry flags. (FD_EXCEPT: a short read no longer tells that the fd is
  * drained; see WEFT__EXCEPT. Set from the start on a pipe, which a writer
- * with O_DIRECT fills with packets, and on a Unix stream socket, whose read
- * stops short after a message that carried fds: io.c's top.) */
-#define FD_KNOWN      1u  /* probed: the flags below are set */
-#define FD_NONBLOCK   2u  /* O_NONBLOCK is on */
+ * with O_DIRECT fills with packets, and on a Unix stream socket once a read
+ * stopped short at a message that carried fds: io.c's top.) */
+#define FD_KNOWN      1u /* probed: non-blocking, the flags below are set */
+#define FD_UNIX       2u /* a Unix stream socket: read with recvmsg */
 #define FD_STREAM     4u  /* stream socket or pipe: a short read drains it */
 #define FD_WATCHED    8u  /* the backend watches it (epoll: registered) */
 #define FD_UNPOLLABLE 16u /* a regular file: calls never wait */
@@ -191,10 +191,10 @@ void weft__waiter_unlink(weft_loop *loop, weft__waiter *w);
 void weft__fd_event(weft_loop *loop, int fd, int events);
 
 /* Marks a fd weft just created (accept, socket) as known: a non-blocking
- * socket, with `kind` (FD_STREAM, and FD_EXCEPT for a Unix stream socket:
- * weft__sock_kind). Its old entry, if any, was stale. */
+ * socket, with `kind` (FD_STREAM, FD_UNIX, FD_EXCEPT: weft__sock_kind).
+ * Its old entry, if any, was stale. */
 int weft__fd_adopt(int fd, unsigned kind);
-/* The FD_STREAM and FD_EXCEPT bits that a socket of this family and type
+/* The FD_STREAM and FD_UNIX bits that a socket of this family and type
  * starts with. */
 unsigned weft__sock_kind(int family, int type);
 /* A new fd weft made at this number (a file opened, a signalfd): the

@@ -22,11 +22,14 @@
  * stays after the data is drained, and edge-triggered epoll reported it
  * only once, so the next read must be tried; nor once urgent data has come
  * (FD_EXCEPT too): a read stops short at its mark, data behind it; nor
- * ever on a Unix stream socket (FD_EXCEPT from the start), whose read
- * stops short after a message that carried fds (SCM_RIGHTS, dropped by a
- * read) and where the sender changes (SO_PASSCRED), with more queued; nor
- * on a pipe, which a writer with O_DIRECT fills with packets, read one a
- * call (the read end cannot tell: the flag is the writer's).
+ * on a pipe (FD_EXCEPT from the start), which a writer with O_DIRECT fills
+ * with packets, read one a call (the read end cannot tell: the flag is the
+ * writer's). A Unix stream socket's read stops short after a message that
+ * carried fds (SCM_RIGHTS, which a read drops) or credentials (with
+ * SO_PASSCRED), with more queued: it is read with recvmsg and no room for
+ * those (FD_UNIX), and the MSG_CTRUNC that says it met them sets
+ * FD_EXCEPT. Short reads of a Unix socket that never carries them still
+ * spare the next read's system call.
  *
  * A call that is not about the queue of bytes (no bytes, MSG_OOB,
  * MSG_ERRQUEUE) neither reads nor clears the hints: an urgent byte or an
@@ -40,6 +43,7 @@
 #include "fault.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <poll.h>
@@ -107,7 +111,7 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
     return -errno;
   if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
     return -errno;
-  e->flags = flags | FD_NONBLOCK;
+  e->flags = flags;
   e->ready = WEFT_READ | WEFT_WRITE;
   e->wanted = 0;
   if (loop->backend->forget) /* a number weft saw closed behind its back */
@@ -162,7 +166,7 @@ weft__fd *weft__fd_fresh(weft_loop *loop, int fd) {
 unsigned weft__sock_kind(int family, int type) {
   if (type != SOCK_STREAM)
     return 0;
-  return family == AF_UNIX ? FD_STREAM | FD_EXCEPT : FD_STREAM;
+  return family == AF_UNIX ? FD_STREAM | FD_UNIX : FD_STREAM;
 }
 
 int weft__fd_adopt(int fd, unsigned kind) {
@@ -172,8 +176,8 @@ int weft__fd_adopt(int fd, unsigned kind) {
   weft__fd *e = weft__fd_fresh(loop, fd);
   if (!e)
     return -ENOMEM;
-  e->flags = (uint8_t)(FD_KNOWN | FD_NONBLOCK | FD_SOCKET |
-                       (kind & (FD_STREAM | FD_EXCEPT)));
+  e->flags = (uint8_t)(FD_KNOWN | FD_SOCKET |
+                       (kind & (FD_STREAM | FD_UNIX | FD_EXCEPT)));
   e->ready = WEFT_READ | WEFT_WRITE;
   first_watch(loop, fd, e);
   return 0;
@@ -312,19 +316,40 @@ WEFT__HOT void weft__fd_event(weft_loop *loop, int fd, int events) {
     wanted_again(loop, fd, e);
 }
 
+/* A Unix stream socket's read (FD_UNIX): no room for fds or credentials,
+ * which the kernel then drops, as a plain read drops them, and says so
+ * with MSG_CTRUNC, having stopped there: from then on a short read of
+ * this socket is not taken for a drained one (io.c's top). */
+static __attribute__((noinline)) ssize_t
+unix_recv(const weft__op *op, weft__fd *e, size_t len, int flags) {
+  /* recv and read cut a length past INT_MAX; recvmsg would refuse it */
+  struct iovec iov = {op->buf, len > INT_MAX ? INT_MAX : len};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  ssize_t n = recvmsg(op->fd, &msg, flags);
+  if (n > 0 && (msg.msg_flags & MSG_CTRUNC))
+    e->flags |= FD_EXCEPT;
+  return n;
+}
+
 /* ---- the readiness way of doing an operation -------------------------- */
 /* One attempt at the call, moving at most len bytes (op->len, unless the
  * fault hook asks for less). */
 static inline __attribute__((always_inline)) ssize_t
-try_op(int kind, const weft__op *op, const weft__fd *e, size_t len) {
+try_op(int kind, const weft__op *op, weft__fd *e, size_t len) {
   switch (kind) {
-  case OP_READ: return read(op->fd, op->buf, len);
+  case OP_READ: /* (a read of 0 bytes returns 0 where recvmsg waits) */
+    if ((e->flags & FD_UNIX) && len)
+      return unix_recv(op, e, len, MSG_DONTWAIT);
+    return read(op->fd, op->buf, len);
   case OP_WRITE:
     /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
     if (e->flags & FD_SOCKET)
       return send(op->fd, op->buf, len, MSG_NOSIGNAL);
     return write(op->fd, op->buf, len);
-  case OP_RECV: return recv(op->fd, op->buf, len, op->flags | MSG_DONTWAIT);
+  case OP_RECV:
+    if (e->flags & FD_UNIX)
+      return unix_recv(op, e, len, op->flags | MSG_DONTWAIT);
+    return recv(op->fd, op->buf, len, op->flags | MSG_DONTWAIT);
   case OP_SEND:
     return send(op->fd, op->buf, len, op->flags | MSG_DONTWAIT | MSG_NOSIGNAL);
   case OP_RECVFROM:
@@ -731,7 +756,7 @@ static void drop_one(weft_loop *loop, int fd) {
  * connections a read that finds nothing after a short one). */
 static unsigned listener_kind(const weft_loop *loop, int fd) {
   if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
-    return loop->fds[fd].flags & (FD_STREAM | FD_EXCEPT);
+    return loop->fds[fd].flags & (FD_STREAM | FD_UNIX | FD_EXCEPT);
   int type = 0, family = 0;
   socklen_t len = sizeof type;
   if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)

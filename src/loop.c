@@ -91,7 +91,7 @@ static int wake_open(weft_loop *loop) {
   weft__fd *e = weft__fd_get(loop, loop->wake_fd);
   if (!e)
     return -ENOMEM;
-  e->flags = FD_KNOWN | FD_NONBLOCK | FD_WAKE;
+  e->flags = FD_KNOWN | FD_WAKE;
   e->wanted = WEFT_READ; /* for ever: no waiter list counts for it */
   return loop->backend->watch(loop, loop->wake_fd, e);
 }
@@ -484,7 +484,7 @@ static void quit_open(weft_loop *loop) {
     close(fd);
     return;
   }
-  e->flags = FD_KNOWN | FD_NONBLOCK | FD_WAKE;
+  e->flags = FD_KNOWN | FD_WAKE;
   e->wanted = WEFT_READ;
   if (loop->backend->watch(loop, fd, e) < 0) {
     memset(e, 0, sizeof *e);
