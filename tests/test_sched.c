@@ -1142,7 +1142,7 @@ static void *deep_then_gen(void *arg) {
   return (void *)(intptr_t)big[7];
 }
 
-static int dump_gen_main(void *arg) {
+static __attribute__((unused)) int dump_gen_main(void *arg) {
   (void)arg;
   weft_task_opts o = {.name = "parked-in-gen"};
   weft_task *t = weft_spawn_opts(deep_then_gen, (void *)gen_sleeps, &o);
