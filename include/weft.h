@@ -490,9 +490,13 @@ int weft_close(int fd);
  * the program waits on with weft_wait_fd. Tasks waiting on it wake with
  * -EBADF, as for weft_close, and a new fd at the same number is then
  * learnt afresh. Call it before the close(2), or after it but before the
- * number is used again. Returns 0 (also for an fd weft never saw), -EBADF
- * for a negative fd, or -EINVAL where no loop runs on this thread: call it
- * on the thread of the loop that used the fd. */
+ * number is used again. On io_uring, what weft took from the kernel ahead
+ * of the calls goes with it: the connections a listener's multishot
+ * accept took are closed (their peers see the end; a plain accept finds
+ * only later ones), and with WEFT_URING_PBUF=1 the bytes a socket's
+ * multishot recv took are dropped. Returns 0 (also for an fd weft never saw),
+ * -EBADF for a negative fd, or -EINVAL where no loop runs on this thread: call
+ * it on the thread of the loop that used the fd. */
 int weft_fd_forget(int fd);
 
 /* A listening TCP socket on host:port, with SO_REUSEADDR. host is a
