@@ -495,7 +495,7 @@ int weft_close(int fd);
  * accept took are closed (their peers see the end; a plain accept finds
  * only later ones), and with WEFT_URING_PBUF=1 the bytes a socket's
  * multishot recv took are dropped. Returns 0 (also for an fd weft never saw),
- * -EBADF for a negative fd, or -EINVAL where no loop runs on this thread: call
+ * -EBADF for a negative fd, or -EINVAL where this thread has no loop: call
  * it on the thread of the loop that used the fd. */
 int weft_fd_forget(int fd);
 
