@@ -750,8 +750,8 @@ static void drop_one(weft_loop *loop, int fd) {
   loop->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-/* What a connection accepted on fd starts with: FD_STREAM, FD_EXCEPT
- * (weft__sock_kind of the listener's family and type; a listener that
+/* What a connection accepted on fd starts with: FD_STREAM, FD_UNIX,
+ * FD_EXCEPT (weft__sock_kind of the listener's family and type; a listener that
  * has seen an exception passes FD_EXCEPT on too, which only costs its
  * connections a read that finds nothing after a short one). */
 static unsigned listener_kind(const weft_loop *loop, int fd) {
