@@ -327,6 +327,16 @@ static void *scope_cancel_self(void *arg) {
   CHECK_EQ(weft_scope_exit(&s), -ECANCELED);
   CHECK_EQ(weft_scope_exit(&outer), -ETIMEDOUT);
   CHECK_EQ(weft_sleep(0), 0);
+  /* The other way round: the outer scope cancelled, the inner past its
+   * deadline. The call gives -ECANCELED, and the inner exit its own
+   * expiry, which the call met all the same (weft.h). */
+  weft_scope_enter(&outer, WEFT_NEVER);
+  weft_scope_cancel(&outer);
+  weft_scope_enter(&s, weft_now() - 1);
+  CHECK_EQ(weft_sleep(FOREVER), -ECANCELED);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&outer), -ECANCELED);
+  CHECK_EQ(weft_sleep(0), 0);
   return NULL;
 }
 
