@@ -255,8 +255,7 @@ static ssize_t read_cached(weft_loop *loop, int fd, void *out, size_t len,
   weft__fd *e = weft__fd_get(loop, fd);
   if (!e)
     return -EAGAIN;
-  if (__builtin_expect(--loop->io_budget == 0, 0)) {
-    loop->io_budget = WEFT__IO_BUDGET;
+  if (weft__io_budget_spent(loop)) {
     /* The call has begun: a weft_file_close during the yield (its entry's
      * generation moves on) makes it -EBADF, never a read of whatever file
      * took the number meanwhile. */

@@ -396,6 +396,16 @@ void weft__run_ready(weft_loop *loop);
  * always has data cannot keep the others, or the loop's own poll, waiting. */
 #define WEFT__IO_BUDGET 128
 
+/* Counts one more such call (an I/O call, a stream read, a file read that
+ * never waits): 1 when the budget is spent, the count started again, and
+ * the caller is to yield. */
+static inline int weft__io_budget_spent(weft_loop *loop) {
+  if (__builtin_expect(--loop->io_budget != 0, 1))
+    return 0;
+  loop->io_budget = WEFT__IO_BUDGET;
+  return 1;
+}
+
 /* Cancels every parked task of the loop: they can never be woken (task.c). */
 void weft__cancel_parked(weft_loop *loop);
 

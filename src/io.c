@@ -508,8 +508,7 @@ static int do_connect(weft_loop *loop, const weft__op *op) {
  * polls and the other tasks run (the fairness that tokio's budget gives:
  * without it, a task that always finds data ready would run alone as long as
  * its peer keeps up). */
-static __attribute__((noinline)) int budget_spent(weft_loop *loop, int fd) {
-  loop->io_budget = WEFT__IO_BUDGET;
+static __attribute__((noinline)) int take_turn(weft_loop *loop, int fd) {
   /* An fd not seen before gets its entry now, so that a weft_close during
    * the yield moves its generation on (a bad one fails after: the call's
    * own answer). */
@@ -563,8 +562,7 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
    * public calls' constant flags, above all). */
   const int aside_call = is_aside(op, kind);
   int rc;
-  if (__builtin_expect(--loop->io_budget == 0, 0) &&
-      (rc = budget_spent(loop, op->fd)) < 0)
+  if (weft__io_budget_spent(loop) && (rc = take_turn(loop, op->fd)) < 0)
     return rc;
   if ((rc = weft__checkpoint()) < 0)
     return rc;

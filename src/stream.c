@@ -378,8 +378,7 @@ static int begin_read(weft_stream *s) {
   if (rc < 0)
     return rc;
   weft_task *t = weft__running_task();
-  if (t && __builtin_expect(--t->loop->io_budget == 0, 0)) {
-    t->loop->io_budget = WEFT__IO_BUDGET;
+  if (t && weft__io_budget_spent(t->loop)) {
     if ((rc = take_turn(s)) < 0)
       return (int)leave(s, &s->reading, rc);
   }
