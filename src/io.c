@@ -86,6 +86,19 @@ static void first_watch(weft_loop *loop, int fd, weft__fd *e) {
     e->flags |= FD_UNPOLLABLE;
 }
 
+/* weft__sock_kind of socket fd, asked of the kernel (a family it will not
+ * tell is taken for AF_UNIX: no short read is then taken for drained). */
+static unsigned sock_kind_of(int fd) {
+  int type = 0, family = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+    return 0;
+  if (type == SOCK_STREAM &&
+      getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
+    family = AF_UNIX;
+  return weft__sock_kind(family, type);
+}
+
 /* Learns what fd is, the first time weft sees it: whether a short read
  * drains it, and makes it non-blocking. */
 static int probe(weft_loop *loop, int fd, weft__fd *e) {
@@ -97,15 +110,8 @@ static int probe(weft_loop *loop, int fd, weft__fd *e) {
     flags |= FD_UNPOLLABLE;
   else if (S_ISFIFO(st.st_mode))
     flags |= FD_STREAM | FD_EXCEPT; /* FD_EXCEPT: see the top */
-  else if (S_ISSOCK(st.st_mode)) {
-    int type = 0, family = 0;
-    socklen_t len = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 &&
-        type == SOCK_STREAM &&
-        getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
-      family = AF_UNIX; /* unknown: take no short read for drained */
-    flags |= (uint8_t)(FD_SOCKET | weft__sock_kind(family, type));
-  }
+  else if (S_ISSOCK(st.st_mode))
+    flags |= (uint8_t)(FD_SOCKET | sock_kind_of(fd));
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0)
     return -errno;
@@ -755,13 +761,7 @@ static void drop_one(weft_loop *loop, int fd) {
 static unsigned listener_kind(const weft_loop *loop, int fd) {
   if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
     return loop->fds[fd].flags & (FD_STREAM | FD_UNIX | FD_EXCEPT);
-  int type = 0, family = 0;
-  socklen_t len = sizeof type;
-  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
-    return 0;
-  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &family, &len) < 0)
-    family = AF_UNIX;
-  return weft__sock_kind(family, type);
+  return sock_kind_of(fd);
 }
 
 #define ACCEPT_BACKOFF_MIN WEFT_MS(1)

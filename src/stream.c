@@ -439,11 +439,11 @@ int weft_stream_flush(weft_stream *s) {
   return rc < 0 ? rc : (int)leave(s, &s->writing, flush_in(s));
 }
 
-/* A close counts as a call of its own until it is done, so that a call
- * that returns meanwhile does not free the stream under it. With another
- * task's write in flight it does not flush (that call returns -EBADF, and
- * what is queued is dropped). */
-/* Closes s's fd and frees s, after flushing if `flush`. */
+/* Closes s's fd and frees s, after flushing if `flush` (close; abort
+ * does not). A close counts as a call of its own until it is done, so that
+ * a call that returns meanwhile does not free the stream under it. With
+ * another task's write in flight it does not flush (that call returns
+ * -EBADF, and what is queued is dropped). */
 static int shut(weft_stream *s, int flush) {
   if (!s)
     return 0;
