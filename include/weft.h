@@ -68,7 +68,8 @@ const char *weft_version_string(void);
 const char *weft_strerror(int err);
 
 /* The symbolic name of an error, "ECANCELED" for -ECANCELED or ECANCELED.
- * Never NULL; unknown values give "UNKNOWN". */
+ * Never NULL; 0 gives "OK" (and weft_strerror(0) "success"), unknown values
+ * "UNKNOWN". */
 const char *weft_err_name(int err);
 
 /* ------------------------------------------------------------------------ */
