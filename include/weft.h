@@ -1182,7 +1182,10 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
  * opts->release. Once the future holds the result, the result is the
  * future's: releasing it unread calls no release. Like every future, it
  * must not be used after weft_loop_free. May be called
- * outside a task (the current loop's pool). NULL and errno: EAGAIN, ENOMEM,
+ * outside a task (the current loop's pool). It is not a cancellation point:
+ * a task already cancelled (or past its scope's deadline) still queues fn
+ * and gets its future, as weft_spawn still spawns; the weft_await of it is
+ * what says -ECANCELED. NULL and errno: EAGAIN, ENOMEM,
  * EINVAL (fn NULL, no loop). */
 weft_future *weft_submit(void *(*fn)(void *), void *arg);
 weft_future *weft_submit_with(void *(*fn)(void *), void *arg,

@@ -697,6 +697,24 @@ static void *precancelled_main(void *arg) {
   return NULL;
 }
 
+/* weft_submit is no checkpoint: a cancelled task's submit still queues fn
+ * (as weft_spawn still spawns), and the await is what says -ECANCELED. The
+ * result, which nobody took, goes to release. */
+static rel_rec submit_cancelled_rec;
+
+static void *submit_cancelled_main(void *arg) {
+  (void)arg;
+  weft_submit_opts o = rel_opts(&submit_cancelled_rec);
+  CHECK_EQ(weft_cancel(weft_self()), 0);
+  weft_future *f = weft_submit_with(count_fn, P(5), &o);
+  CHECK(f);
+  void *v = P(6);
+  CHECK_EQ(weft_await(f, &v), -ECANCELED);
+  CHECK_PTR_EQ(v, P(6));
+  weft_future_release(f);
+  return NULL;
+}
+
 static void *cancelled_before_start(void *arg) {
   (void)arg;
   CHECK_EQ(weft_run_in_thread(count_fn, P(4), NULL), -ECANCELED);
@@ -735,6 +753,11 @@ static void test_cancel(void) {
   run("already cancelled", precancelled_main, NULL);
   run("cancelled before its first run", spawn_cancelled_main, NULL);
   CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 0);
+  memset(&submit_cancelled_rec, 0, sizeof submit_cancelled_rec);
+  run("a cancelled task's submit", submit_cancelled_main, NULL);
+  CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 1);
+  CHECK_RELEASED_ONCE(submit_cancelled_rec, P(5));
+  __atomic_store_n(&runs, 0, __ATOMIC_RELEASE);
   printf("  cancellation: ok\n");
 }
 
