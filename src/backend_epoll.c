@@ -118,6 +118,12 @@ static int epoll_watch(weft_loop *loop, int fd, weft__fd *e) {
   struct epoll_event ev = {.events = EPOLLIN | EPOLLPRI | EPOLLOUT |
                                      EPOLLRDHUP | EPOLLET,
                            .data.fd = fd};
+  /* The loop's own fds are only read. An eventfd is always writable, and
+   * each read of it is a new EPOLLOUT edge: watched for it, every wake-up
+   * from another thread (and the first wait) woke the loop a second time,
+   * for nothing. */
+  if (e->flags & FD_WAKE)
+    ev.events = EPOLLIN | EPOLLET;
   if (epoll_ctl(st->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
     /* EEXIST: a dup of a closed fd kept its registration; take it over. */
     if (errno != EEXIST || epoll_ctl(st->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
