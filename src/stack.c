@@ -194,13 +194,19 @@ static size_t take_given(chunk *k) {
   return i;
 }
 
-/* A slot with no descriptor: from the newest chunk with room, its lowest
- * slot given back if it has one, else its next never opened; or from a new
- * chunk. */
+/* A slot with no descriptor: from the newest chunk with a slot whose guard
+ * is in place (its lowest given back, else its next above `used` below
+ * `guarded`), else from the newest chunk with room, its next never opened;
+ * or from a new chunk. Guarded slots first: with mprotect a new guard is a
+ * new mapping, which vm.max_map_count can refuse while the slots of a
+ * burst given back sit free in older chunks. */
 static char *fresh_slot(weft__stack_class *c, chunk **kp) {
   chunk *k = c->chunks;
-  while (k && !k->given && k->used == k->slots)
+  while (k && !k->given && k->used == k->guarded)
     k = k->next;
+  if (!k)
+    for (k = c->chunks; k && k->used == k->slots; k = k->next)
+      ;
   if (!k && !(k = map_chunk(c)))
     return NULL;
   if (k->given) {
