@@ -201,6 +201,12 @@ weft_loop *weft_loop_current(void);
  * are -EINVAL. */
 int weft_main(int (*fn)(void *), void *arg);
 
+/* weft_main with a loop made from `cfg` (may be NULL: weft_main itself),
+ * for a program that wants, say, another executor size or the virtual
+ * clock. A config weft_loop_new refuses is its errno, negated (-EINVAL for
+ * an unknown backend), and fn never runs. */
+int weft_main_with(const weft_config *cfg, int (*fn)(void *), void *arg);
+
 /* ------------------------------------------------------------------------ */
 /* Tasks                                                                     */
 
@@ -798,6 +804,11 @@ weft_group *weft_group_new(void);
  * The handle may be used with weft_cancel, weft_task_id, ... until the task
  * ends. A child spawned into a cancelled group starts cancelled. */
 weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg);
+
+/* weft_group_spawn with options (a name for weft_dump, a stack size);
+ * `opts` may be NULL. opts->loop must be NULL or g's loop (else EINVAL). */
+weft_task *weft_group_spawn_opts(weft_group *g, void *(*fn)(void *), void *arg,
+                                 const weft_task_opts *opts);
 
 /* Waits until every child of g has finished, children spawned while it
  * waits included. Returns g's error (weft_group_fail) if it has one, else

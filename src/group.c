@@ -105,11 +105,21 @@ static void child_exit(weft_task *t, void *arg) {
 }
 
 weft_task *weft_group_spawn(weft_group *g, void *(*fn)(void *), void *arg) {
-  if (!g || g->freed || !g->loop || !fn) {
+  return weft_group_spawn_opts(g, fn, arg, NULL);
+}
+
+weft_task *weft_group_spawn_opts(weft_group *g, void *(*fn)(void *), void *arg,
+                                 const weft_task_opts *o) {
+  if (!g || g->freed || !g->loop || !fn ||
+      (o && o->loop && o->loop != g->loop)) {
     errno = EINVAL;
     return NULL;
   }
   weft_task_opts opts = {.loop = g->loop};
+  if (o) {
+    opts.name = o->name;
+    opts.stack_size = o->stack_size;
+  }
   weft_task *h = weft_spawn_opts(fn, arg, &opts);
   if (!h)
     return NULL;

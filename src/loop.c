@@ -681,9 +681,13 @@ static void *main_task(void *p) {
 }
 
 int weft_main(int (*fn)(void *), void *arg) {
+  return weft_main_with(NULL, fn, arg);
+}
+
+int weft_main_with(const weft_config *cfg, int (*fn)(void *), void *arg) {
   if (!fn)
     return -EINVAL;
-  weft_loop *loop = weft_loop_new(NULL);
+  weft_loop *loop = weft_loop_new(cfg);
   if (!loop)
     return -errno;
   struct main_call m = {fn, arg, 0, 0};

@@ -19,6 +19,8 @@
  *  - a wait whose deadline's timer cannot be made: -ENOMEM, and the
  *    children are not cancelled (a later wait waits for them);
  *  - a thousand children;
+ *  - weft_group_spawn_opts: the child's name and stack size; another
+ *    loop's opts are refused;
  *  - misuse: NULL, no loop, outside a task, another loop's group; a
  *    child's handle joined or detached (-EINVAL), used once it ended;
  *  - a wait that would wait for itself: a child's on its own group, a
@@ -819,6 +821,44 @@ static void test_other_loop(void) {
   weft_loop_free(l2);
 }
 
+/* weft_group_spawn_opts: the name and the stack size are the child's, the
+ * group owns it as with weft_group_spawn; another loop is refused. */
+static size_t opts_stack_used;
+static void *deep_child(void *arg) {
+  char big[400 * 1024]; /* past the 256 KiB default: needs the opts' stack */
+  memset(big, (int)I(arg), sizeof big);
+  if (big[0] == (char)I(arg) && big[sizeof big - 1] == (char)I(arg))
+    opts_stack_used = sizeof big;
+  return NULL;
+}
+
+static void *spawn_opts_main(void *arg) {
+  weft_loop *other = arg;
+  weft_group *g = weft_group_new();
+  CHECK(g);
+  weft_task_opts o = {.name = "child-7", .stack_size = 1024 * 1024};
+  weft_task *c = weft_group_spawn_opts(g, deep_child, P(7), &o);
+  CHECK(c);
+  CHECK(!strcmp(weft_task_name(c), "child-7"));
+  CHECK_EQ(weft_detach(c), -EINVAL); /* the group's */
+  o.loop = weft_loop_current();      /* the group's own loop: fine */
+  CHECK(weft_group_spawn_opts(g, deep_child, P(8), &o));
+  kids_reset();
+  kids[0].delay = WEFT_MS(1);
+  c = weft_group_spawn_opts(g, sleeper, &kids[0], NULL); /* as group_spawn */
+  CHECK(c);
+  CHECK(weft_task_name(c) == NULL);
+  CHECK_EQ(weft_group_wait(g), 0);
+  CHECK_EQ(opts_stack_used, 400 * 1024);
+  CHECK_EQ(kids[0].ended, 1);
+  o.loop = other;
+  errno = 0;
+  CHECK(weft_group_spawn_opts(g, deep_child, P(9), &o) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  weft_group_free(g);
+  return NULL;
+}
+
 static void test_misuse(void) {
   errno = 0;
   CHECK(weft_group_new() == NULL); /* no loop */
@@ -838,6 +878,10 @@ static void test_misuse(void) {
   weft_loop_free(a);
   run(misuse_main, NULL);
   run(nested_deadlock_main, NULL);
+  weft_loop *other = weft_loop_new(NULL);
+  CHECK(other);
+  run(spawn_opts_main, other);
+  weft_loop_free(other);
 }
 
 /* ---- -ENOMEM from a deadline's timer ------------------------------------

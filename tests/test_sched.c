@@ -3,8 +3,9 @@
  * cancel, weft_main, weft_loop_*, weft_dump), and the small public calls
  * around it (errors, version, time).
  *
- *  - weft_main returns fn's value (-EINTR if the loop is stopped first); spawn
- * order is FIFO, to the exact interleaving;
+ *  - weft_main returns fn's value (-EINTR if the loop is stopped first), and
+ *    weft_main_with runs it on a loop made from a config (a refused one:
+ *    -EINVAL, fn never run); spawn order is FIFO, to the exact interleaving;
  *  - join returns the result, once: a second joiner (waiting or after the
  *    first join) is refused, and so is a stale handle whose record was
  *    reused, joining oneself, a detached task or NULL; an ended task's
@@ -102,6 +103,34 @@ static int owned_main(void *arg) {
   CHECK_EQ(weft_join(t, NULL), 0);
   CHECK_EQ(weft_detach(main_handle), -EINVAL);
   return (int)I(arg);
+}
+
+/* weft_main_with: the loop is made from the config (here the virtual
+ * clock, so an hour's sleep takes no time); a config weft_loop_new refuses
+ * is its error, and fn never runs. */
+static int main_with_ran;
+static int sleeps_an_hour(void *arg) {
+  main_with_ran++;
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_sleep(WEFT_SEC(3600)), 0);
+  CHECK_GE(weft_now() - t0, WEFT_SEC(3600));
+  return (int)I(arg);
+}
+
+static void test_main_with(void) {
+  weft_config cfg = {.virtual_clock = true, .executor_threads = 1};
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  CHECK_EQ(weft_main_with(&cfg, sleeps_an_hour, P(45)), 45);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  CHECK_LT(b.tv_sec - a.tv_sec, 60);
+  CHECK_EQ(main_with_ran, 1);
+  CHECK_EQ(weft_main_with(NULL, ret_arg, P(46)), 46);
+  weft_config bad = {.backend = "kqueue"};
+  CHECK_EQ(weft_main_with(&bad, sleeps_an_hour, NULL), -EINVAL);
+  CHECK_EQ(weft_main_with(&cfg, NULL, NULL), -EINVAL);
+  CHECK_EQ(main_with_ran, 1);
+  CHECK(weft_loop_current() == NULL);
 }
 
 /* Asleep for ever, with nothing else left: the deadlock rule cancels it
@@ -234,6 +263,7 @@ static void test_main_value(void) {
   CHECK_EQ(weft_main(returns_first, P(43)), 43);
   CHECK_EQ(weft_main(owned_main, P(44)), 44);
   CHECK(weft_loop_current() == NULL); /* weft_main freed its loop */
+  test_main_with();
 }
 
 /* ---- FIFO ------------------------------------------------------------- */
