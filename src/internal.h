@@ -209,6 +209,7 @@ struct weft_loop {
   size_t ts_run_pos, ts_run_len; /* ts_run's next to run, and its end */
   int ts_pending;      /* atomic: ts_len != 0, or a batch a stop cut */
   int ts_signalled;    /* the eventfd was written since the loop last blocked */
+  int ts_missed;       /* the loop's last try for ts_lock found it held */
   int wake_fd;         /* read end of the wake-up (eventfd), in fds[] */
   int wake_wfd;        /* its write end (the same fd for an eventfd) */
   int refs;            /* atomic: weft_loop_ref minus weft_loop_unref */

@@ -158,8 +158,15 @@ void weft__threadsafe_run(weft_loop *loop) {
      * for the lock would put the loop to sleep on it, and on a shared CPU
      * the sender's unlock would then wake the loop and hand it the CPU,
      * for a batch of one or two, over and over. */
-    if (pthread_mutex_trylock(&loop->ts_lock) != 0)
-      return;
+    if (pthread_mutex_trylock(&loop->ts_lock) != 0) {
+      /* Missed twice in a row, the sender may have lost its CPU holding
+       * the lock: turning without it would spin the loop (a zero-timeout
+       * poll every few turns) until the sender runs again. Wait for it. */
+      if (!loop->ts_missed++)
+        return;
+      pthread_mutex_lock(&loop->ts_lock);
+    }
+    loop->ts_missed = 0;
     weft__callback *run = loop->ts_q;
     size_t n = loop->ts_len, cap = loop->ts_cap;
     loop->ts_q = loop->ts_run;
