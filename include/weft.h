@@ -506,7 +506,10 @@ int weft_close(int fd);
  * it on the thread of the loop that used the fd. */
 int weft_fd_forget(int fd);
 
-/* A listening TCP socket on host:port, with SO_REUSEADDR. host is a
+/* A listening TCP socket on host:port, with SO_REUSEADDR (not SO_REUSEPORT,
+ * which must be set before bind: for a listener per thread on one port,
+ * make the sockets by hand and pass them to weft_accept, docs/executor.md,
+ * "A loop per thread"). host is a
  * numeric address ("127.0.0.1", "::1" or "[::1]", "0.0.0.0", "::"; NULL or
  * "" means every IPv4 address) or a name, resolved with weft_getaddrinfo
  * (on the pool inside a task): the first of its addresses that binds is
