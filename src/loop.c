@@ -8,6 +8,7 @@
 #include "backend.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,10 +162,14 @@ void weft__threadsafe_run(weft_loop *loop) {
     if (pthread_mutex_trylock(&loop->ts_lock) != 0) {
       /* Missed twice in a row, the sender may have lost its CPU holding
        * the lock: turning without it would spin the loop (a zero-timeout
-       * poll every few turns) until the sender runs again. Wait for it. */
+       * poll every few turns) until the sender runs again. Give the CPU up
+       * once (where the two share one, the sender then finishes, and the
+       * loop takes a whole batch later), then wait for the lock. */
       if (!loop->ts_missed++)
         return;
-      pthread_mutex_lock(&loop->ts_lock);
+      sched_yield();
+      if (pthread_mutex_trylock(&loop->ts_lock) != 0)
+        pthread_mutex_lock(&loop->ts_lock);
     }
     loop->ts_missed = 0;
     weft__callback *run = loop->ts_q;
