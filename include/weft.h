@@ -458,7 +458,13 @@ ssize_t weft_write(int fd, const void *buf, size_t len);
 ssize_t weft_recv(int fd, void *buf, size_t len, int flags);
 ssize_t weft_send(int fd, const void *buf, size_t len, int flags);
 
-/* An addr without an addrlen is -EFAULT, and nothing is received. */
+/* An addr without an addrlen is -EFAULT, and nothing is received. On a
+ * datagram socket each call takes one whole datagram, as recvfrom(2) does,
+ * on every backend: one longer than len is cut to len and the rest is lost
+ * (the call returns len; with MSG_TRUNC in flags, the datagram's full
+ * length); a datagram of 0 bytes returns 0, which is not an end of file.
+ * *addrlen comes back as the address's real length, even when that is
+ * more than was given (the address was cut). */
 ssize_t weft_recvfrom(int fd, void *buf, size_t len, int flags,
                       struct sockaddr *addr, socklen_t *addrlen);
 ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
@@ -533,8 +539,14 @@ int weft_tcp_listen(const char *host, int port, int backlog);
 int weft_tcp_connect(const char *host, int port);
 
 /* A UDP socket bound to host:port (port 0: any free port; host NULL or "":
- * every IPv4 address; a name as for weft_tcp_listen). Returns the fd or a
- * negative errno. */
+ * every IPv4 address; a name as for weft_tcp_listen). Unlike
+ * weft_tcp_listen it sets no SO_REUSEADDR: a second bind of the same
+ * address and port is -EADDRINUSE ("::" leaves IPV6_V6ONLY as the system
+ * has it, so "0.0.0.0" at the same port is -EADDRINUSE too). One socket
+ * is one family: for IPv4 and IPv6 loopback, bind "127.0.0.1" and "::1"
+ * (weft_sock_port of the first gives the port for the second). Read it
+ * with weft_recvfrom, one datagram a call (docs/io.md, "Datagrams").
+ * Returns the fd or a negative errno. */
 int weft_udp_bind(const char *host, int port);
 
 /* A listening Unix stream socket at `path` (an existing socket file there
