@@ -469,10 +469,18 @@ static void test_chunk_in_use(void) {
  * child, the filter makes weft use mprotect, and a second one then
  * refuses every new PROT_NONE guard, as the cap would: the burst's stacks
  * must all come back. */
+/* Exit status of a child that could not install a filter: qemu-user (the
+ * cross build) refuses PR_SET_SECCOMP with EINVAL, and so does a kernel
+ * without CONFIG_SECCOMP_FILTER. */
+#define NO_SECCOMP 77
+
 static void install_filter(struct sock_filter *f, unsigned short len) {
   struct sock_fprog prog = {.len = len, .filter = f};
   CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-  CHECK_EQ(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+    CHECK_EQ(errno, EINVAL);
+    _exit(NO_SECCOMP);
+  }
 }
 
 static void reopen_under_cap(void *unused) {
@@ -522,6 +530,10 @@ static void test_reopen_under_cap(void) {
   check_child_run(reopen_under_cap, NULL, &res, 60);
   if (res.err[0])
     printf("%s", res.err);
+  if (WIFEXITED(res.status) && WEXITSTATUS(res.status) == NO_SECCOMP) {
+    printf("reopen under the map cap: skipped (no seccomp filter here)\n");
+    return;
+  }
   CHECK_EXITED(res, 0);
 }
 
