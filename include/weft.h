@@ -1211,8 +1211,8 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
  * outside a task (the current loop's pool). It is not a cancellation point:
  * a task already cancelled (or past its scope's deadline) still queues fn
  * and gets its future, as weft_spawn still spawns; the weft_await of it is
- * what says -ECANCELED. NULL and errno: EAGAIN, ENOMEM,
- * EINVAL (fn NULL, no loop). */
+ * what says -ECANCELED (-ETIMEDOUT past the deadline). NULL and errno:
+ * EAGAIN, ENOMEM, EINVAL (fn NULL, no loop). */
 weft_future *weft_submit(void *(*fn)(void *), void *arg);
 weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
                               const weft_submit_opts *opts);
