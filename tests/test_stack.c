@@ -474,8 +474,19 @@ static void test_chunk_in_use(void) {
  * without CONFIG_SECCOMP_FILTER. */
 #define NO_SECCOMP 77
 
-static void install_filter(struct sock_filter *f, unsigned short len) {
-  struct sock_fprog prog = {.len = len, .filter = f};
+/* Installs a filter under which system call `nr` with `arg2` as its third
+ * argument fails with `err` (madvise's advice, mprotect's protection). */
+static void refuse_call(int nr, unsigned arg2, int err) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+               offsetof(struct seccomp_data, args[2])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arg2, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)err),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
   CHECK_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
   if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
     CHECK_EQ(errno, EINVAL);
@@ -487,25 +498,7 @@ static void reopen_under_cap(void *unused) {
   (void)unused;
   const int n = burst_size();
   static weft__stack *v[N_LAZY];
-  struct sock_filter no_advice[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_madvise, 0, 3),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-               offsetof(struct seccomp_data, args[2])),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_GUARD_INSTALL, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EINVAL),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_filter no_guard[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mprotect, 0, 3),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-               offsetof(struct seccomp_data, args[2])),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PROT_NONE, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOMEM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  install_filter(no_advice, sizeof no_advice / sizeof no_advice[0]);
+  refuse_call(__NR_madvise, MADV_GUARD_INSTALL, EINVAL);
   for (int i = 0; i < n; i++) {
     v[i] = weft__stack_acquire(0);
     CHECK(v[i] != NULL);
@@ -514,7 +507,7 @@ static void reopen_under_cap(void *unused) {
   for (int i = 0; i < n; i++)
     weft__stack_release(v[i]);
   windows_pass();
-  install_filter(no_guard, sizeof no_guard / sizeof no_guard[0]);
+  refuse_call(__NR_mprotect, PROT_NONE, ENOMEM);
   for (int i = 0; i < n; i++) {
     v[i] = weft__stack_acquire(0);
     if (!v[i]) {
