@@ -258,11 +258,42 @@ static void use_backend(weft_loop *loop, const weft__backend *backend) {
  * callback returns), and its weft_loop_run returns -EINVAL: the parent's
  * other tasks do not run on in the child. (posix_spawn, system and popen
  * run no fork handlers; they need none.) */
+static int forked_watch(weft_loop *loop, int fd, weft__fd *e) {
+  (void)loop, (void)fd, (void)e;
+  return 0;
+}
+
+static void forked_unwatch(weft_loop *loop, int fd, weft__fd *e, int closing) {
+  (void)loop, (void)fd, (void)e, (void)closing;
+}
+
+static int forked_poll(weft_loop *loop, int64_t timeout) {
+  (void)loop, (void)timeout;
+  return -EINVAL;
+}
+
+/* The backend the running loop gets in the child: its epoll set and ring
+ * are still the parent's, so the calls the child's task or callback makes
+ * until it is done leave them alone. A call that does not wait is made
+ * directly (weft_close is a plain close: an EPOLL_CTL_DEL of the shared set
+ * would take the fd from the parent's registrations, and an SQE written
+ * into the shared ring wedged the parent's); one that would wait parks
+ * for ever. */
+static weft__backend forked_backend = {
+    .io = weft__io_readiness,
+    .watch = forked_watch,
+    .unwatch = forked_unwatch,
+    .poll = forked_poll,
+};
+
 static void forked_child(void) {
   weft__thread_token_now = 0;
   weft__thread_loops_forget();
-  if (weft__loop_running)
+  if (weft__loop_running) {
     weft__loop_running->stop = 1;
+    forked_backend.name = weft__loop_running->backend->name;
+    use_backend(weft__loop_running, &forked_backend);
+  }
 }
 
 static void watch_forks(void) { pthread_atfork(NULL, NULL, forked_child); }

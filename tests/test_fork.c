@@ -11,6 +11,8 @@
 
 #include "check.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 static void *add_one(void *arg) { return (void *)((intptr_t)arg + 1); }
@@ -195,11 +197,106 @@ static void test_generator_in_child(void) {
   weft_gen_free(g);
 }
 
+/* The child of a task closes an inherited socket with weft_close, then
+ * blocks in a read. Neither may touch the parent's epoll set or ring,
+ * which the child shares: the close removed the parent's registration of
+ * the socket on epoll (its reader never woke), and on io_uring the close's
+ * and the read's requests, written into the shared ring, wedged the
+ * parent's every later request. */
+static int shared[2], empty[2];
+static int leaves_in_child;
+
+static void *shared_reader(void *arg) {
+  (void)arg;
+  char c = 0;
+  CHECK_EQ(weft_read(shared[0], &c, 1), 1);
+  CHECK_EQ(c, 'x');
+  return NULL;
+}
+
+static int child_gone;
+
+/* Round trips on a socket pair of its own until the child is gone, and
+ * 100 more. */
+static void *pinger(void *arg) {
+  (void)arg;
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  for (int i = 0, after = 0; after < 100; i++) {
+    char c = (char)i, d = 0;
+    CHECK_EQ(weft_write(sv[0], &c, 1), 1);
+    CHECK_EQ(weft_read(sv[1], &d, 1), 1);
+    CHECK_EQ(d, c);
+    after += child_gone;
+  }
+  CHECK_EQ(weft_close(sv[0]), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_write(shared[1], "x", 1), 1);
+  return NULL;
+}
+
+static void *closing_forker(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0); /* the reader is parked */
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK_GE(pid, 0);
+  if (pid == 0) {
+    leaves_in_child = 1;
+    alarm(10);
+    int fd = open("/dev/null", O_WRONLY);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    if (weft_close(shared[0]) != 0)
+      _exit(3);
+    char c;
+    weft_read(empty[0], &c, 1); /* parks for ever: the run ends */
+    _exit(4);
+  }
+  /* The parent's I/O goes on while the child runs (the pinger), and
+   * after. */
+  int status;
+  pid_t got;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0)
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  CHECK_EQ(got, pid);
+  CHECK_STR_EQ(check_status_str(status), "exit 0");
+  child_gone = 1;
+  return NULL;
+}
+
+static void test_child_leaves_parents_fds(void) {
+  check_case("child_leaves_parents_fds", 30);
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, shared), 0);
+  CHECK_EQ(pipe(empty), 0);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_task_opts o = {.loop = loop};
+  weft_task *r = weft_spawn_opts(shared_reader, NULL, &o);
+  weft_task *f = weft_spawn_opts(closing_forker, NULL, &o);
+  weft_task *p = weft_spawn_opts(pinger, NULL, &o);
+  CHECK(r && f && p);
+  weft_detach(r);
+  weft_detach(p);
+  weft_detach(f);
+  int rc = weft_loop_run(loop);
+  if (leaves_in_child)
+    _exit(rc == -EINVAL ? 0 : 5);
+  CHECK_EQ(rc, 0);
+  weft_loop_free(loop);
+  for (int i = 0; i < 2; i++) {
+    close(shared[i]);
+    close(empty[i]);
+  }
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   int fds = check_fd_count();
   test_idle_loop_in_child();
   test_fork_in_task();
+  test_child_leaves_parents_fds();
   test_generator_in_child();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_fork: ok\n");
