@@ -1300,7 +1300,8 @@ int weft_file_close(int fd);
  * until unblocked: a second one (a second Ctrl-C during a slow shutdown)
  * waits, doing nothing, for the next weft_signal_wait. With WEFT_DEBUG, a
  * wait for SIGQUIT takes it from the loop's task dump for the rest of the
- * run. One signal ends one wait: two tasks waiting for the same signal
+ * run (and of a later run, stopped and run again, while it waits).
+ * One signal ends one wait: two tasks waiting for the same signal
  * need two of it (which of them the first ends is not defined).
  * 0; -ECANCELED, -ETIMEDOUT; -EINVAL
  * (outside a task, set NULL or empty of catchable signals); -ENOSYS

@@ -214,6 +214,7 @@ struct weft_loop {
   int wake_wfd;        /* its write end (the same fd for an eventfd) */
   int refs;            /* atomic: weft_loop_ref minus weft_loop_unref */
   int quit_fd;         /* WEFT_DEBUG: SIGQUIT's signalfd while running, or -1 */
+  int quit_waits;      /* weft_signal_wait calls for SIGQUIT in progress */
   int debug;           /* WEFT_DEBUG was set when the run began */
   int64_t slice_start; /* WEFT_DEBUG: when the running task got the CPU */
 

@@ -691,7 +691,9 @@ int weft_loop_run(weft_loop *loop) {
   loop->running = 1;
   loop->debug = debug;
   loop->slice_start = 0;
-  if (debug) /* (a weft_signal_wait for SIGQUIT closes it: signal.c) */
+  /* (A weft_signal_wait for SIGQUIT closes it, and one still waiting
+   * from an earlier run keeps it closed: signal.c.) */
+  if (debug && !loop->quit_waits)
     quit_open(loop);
   int rc = run_turns(loop);
   if (!weft__on_thread(loop->thread)) { /* forked_child stopped it */

@@ -43,7 +43,8 @@ int weft_signal_wait(const sigset_t *set, int *signo) {
   /* A SIGQUIT the program waits for is its own: WEFT_DEBUG's dump, whose
    * signalfd would take it first, stops listening for the rest of the
    * run. */
-  if (sigismember(set, SIGQUIT) == 1)
+  int quit = sigismember(set, SIGQUIT) == 1;
+  if (quit)
     weft__quit_close(loop);
   int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
   if (fd < 0)
@@ -55,7 +56,9 @@ int weft_signal_wait(const sigset_t *set, int *signo) {
   struct signalfd_siginfo si;
   weft__held_fd h; /* closed by the loop if this task is dropped */
   weft__hold_fd(&h, fd);
+  loop->quit_waits += quit; /* a later run's dump must not take it either */
   ssize_t n = weft_read(fd, &si, sizeof si);
+  loop->quit_waits -= quit;
   weft__unhold(&h.h);
   weft_close(fd);
   if (n < 0)

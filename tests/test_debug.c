@@ -8,6 +8,7 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +160,57 @@ static char *run_child(int which, const char *debug) {
   return buf;
 }
 
+/* The same across a stop: a wait for SIGQUIT made in one run and still
+ * going in the next gets it (the next run's dump used to listen again, and
+ * take it, on epoll and poll). Returns the child's status. */
+static void *quit_waiter(void *arg) {
+  int *got = arg;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGQUIT);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() + WEFT_MS(2000));
+  int signo = 0;
+  if (weft_signal_wait(&set, &signo) == 0)
+    *got = signo;
+  weft_scope_exit(&s);
+  return NULL;
+}
+
+static void stop_loop(void *loop) { weft_loop_stop(loop); }
+
+static void send_quit(void *arg) {
+  (void)arg;
+  CHECK_EQ(kill(getpid(), SIGQUIT), 0);
+}
+
+static int quit_waited_across_runs(void) {
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    dup2(fd, 2);
+    close(fd);
+    setenv("WEFT_DEBUG", "1", 1);
+    weft_loop *loop = weft_loop_new(NULL);
+    int got = 0;
+    weft_task *t =
+        weft_spawn_opts(quit_waiter, &got, &(weft_task_opts){.loop = loop});
+    weft_detach(t);
+    weft_call_later(WEFT_MS(20), stop_loop, loop);
+    if (weft_loop_run(loop) != 1)
+      _exit(2);
+    weft_call_later(WEFT_MS(20), send_quit, NULL);
+    if (weft_loop_run(loop) != 0)
+      _exit(3);
+    weft_loop_free(loop);
+    _exit(got == SIGQUIT ? 0 : 4);
+  }
+  int status;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  return status;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0); /* nothing buffered across fork */
   /* A slice is measured on the wall clock, as it must be to catch a task
@@ -203,6 +255,9 @@ int main(void) {
   CHECK(!strstr(out, "weft: SIGQUIT"));
   free(out);
   printf("  SIGQUIT waited for by a task: the task's, no dump: ok\n");
+
+  CHECK_EQ(quit_waited_across_runs(), 0);
+  printf("  SIGQUIT waited for across a stop: the task's: ok\n");
 
   /* Without WEFT_DEBUG: no report (and SIGQUIT would keep its default
    * action, so it is not sent). */
