@@ -95,8 +95,27 @@ static int quit_waited(void) {
   return 0;
 }
 
+/* A child forked by a task, back in the loop, ends its copy of the run:
+ * the parent's dump still answers SIGQUIT after (on epoll the child's
+ * run, closing the dump's signalfd, took it out of the epoll set it shares
+ * with the parent, and the parent's SIGQUIT was never read). */
+static int forked_then_quit(void) {
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0)
+    return 0; /* weft_main returns -EINVAL in the child */
+  int status;
+  CHECK_EQ(waitpid(pid, &status, 0), pid);
+  CHECK_EQ(weft_sleep(WEFT_MS(10)), 0);
+  CHECK_EQ(kill(getpid(), SIGQUIT), 0);
+  CHECK_EQ(weft_sleep(WEFT_MS(50)), 0);
+  return 0;
+}
+
 static int scenario(void *arg) {
   int which = (int)(intptr_t)arg;
+  if (which == 4)
+    return forked_then_quit();
   if (which == 3)
     return quit_waited();
   if (which == 2) {
@@ -255,6 +274,11 @@ int main(void) {
   CHECK(!strstr(out, "weft: SIGQUIT"));
   free(out);
   printf("  SIGQUIT waited for by a task: the task's, no dump: ok\n");
+
+  out = run_child(4, "1");
+  CHECK(strstr(out, "weft: SIGQUIT: the tasks of loop"));
+  free(out);
+  printf("  SIGQUIT dump after a task forked: ok\n");
 
   CHECK_EQ(quit_waited_across_runs(), 0);
   printf("  SIGQUIT waited for across a stop: the task's: ok\n");
