@@ -81,17 +81,23 @@ static void *quit_sender(void *arg) {
   return NULL;
 }
 
-static int quit_waited(void) {
-  CHECK_EQ(weft_go(quit_sender, NULL), 0);
+/* Waits at most 2 s for SIGQUIT: 0 (*signo set) or the wait's error. */
+static int wait_quit(int *signo) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGQUIT);
   weft_scope s;
   weft_scope_enter(&s, weft_now() + WEFT_MS(2000));
+  int rc = weft_signal_wait(&set, signo);
+  int expired = weft_scope_exit(&s);
+  return rc < 0 ? rc : expired;
+}
+
+static int quit_waited(void) {
+  CHECK_EQ(weft_go(quit_sender, NULL), 0);
   int signo = 0;
-  CHECK_EQ(weft_signal_wait(&set, &signo), 0);
+  CHECK_EQ(wait_quit(&signo), 0);
   CHECK_EQ(signo, SIGQUIT);
-  CHECK_EQ(weft_scope_exit(&s), 0);
   return 0;
 }
 
@@ -181,18 +187,12 @@ static char *run_child(int which, const char *debug) {
 
 /* The same across a stop: a wait for SIGQUIT made in one run and still
  * going in the next gets it (the next run's dump used to listen again, and
- * take it, on epoll and poll). Returns the child's status. */
+ * take it, on epoll and poll). */
 static void *quit_waiter(void *arg) {
   int *got = arg;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGQUIT);
-  weft_scope s;
-  weft_scope_enter(&s, weft_now() + WEFT_MS(2000));
   int signo = 0;
-  if (weft_signal_wait(&set, &signo) == 0)
+  if (wait_quit(&signo) == 0)
     *got = signo;
-  weft_scope_exit(&s);
   return NULL;
 }
 
@@ -203,6 +203,7 @@ static void send_quit(void *arg) {
   CHECK_EQ(kill(getpid(), SIGQUIT), 0);
 }
 
+/* Runs the case in a child, and returns the child's status. */
 static int quit_waited_across_runs(void) {
   pid_t pid = fork();
   CHECK(pid >= 0);
