@@ -115,11 +115,8 @@ weft_task *weft_group_spawn_opts(weft_group *g, void *(*fn)(void *), void *arg,
     errno = EINVAL;
     return NULL;
   }
-  weft_task_opts opts = {.loop = g->loop};
-  if (o) {
-    opts.name = o->name;
-    opts.stack_size = o->stack_size;
-  }
+  weft_task_opts opts = o ? *o : (weft_task_opts){0};
+  opts.loop = g->loop;
   weft_task *h = weft_spawn_opts(fn, arg, &opts);
   if (!h)
     return NULL;

@@ -755,9 +755,9 @@ static void drop_one(weft_loop *loop, int fd) {
 }
 
 /* What a connection accepted on fd starts with: FD_STREAM, FD_UNIX,
- * FD_EXCEPT (weft__sock_kind of the listener's family and type; a listener that
- * has seen an exception passes FD_EXCEPT on too, which only costs its
- * connections a read that finds nothing after a short one). */
+ * FD_EXCEPT (weft__sock_kind of the listener's family and type; a
+ * listener that has seen an exception passes FD_EXCEPT on too, which only
+ * costs its connections a read that finds nothing after a short one). */
 static unsigned listener_kind(const weft_loop *loop, int fd) {
   if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
     return loop->fds[fd].flags & (FD_STREAM | FD_UNIX | FD_EXCEPT);
