@@ -1217,6 +1217,52 @@ weft_future *weft_submit(void *(*fn)(void *), void *arg);
 weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
                               const weft_submit_opts *opts);
 
+/* Runs fn(arg) in a new task of `loop`, another thread's loop, while the
+ * caller's task waits and the other tasks keep running: the way into a
+ * loop that owns something (a shard of data, a socket, a channel), for a
+ * program that runs a loop on each of several threads (docs/executor.md, A
+ * loop per thread). fn is a task of `loop`, on its thread: it may wait, and
+ * use that loop's objects, as any of its tasks does. 0 and *result (result
+ * may be NULL, as for weft_run_in_thread).
+ *
+ * A caller cancelled, or whose scope expires, while it waits returns
+ * -ECANCELED or -ETIMEDOUT at once, and fn's task is cancelled on its loop
+ * (weft_cancel: its blocking calls return -ECANCELED), or never starts if
+ * it had not yet. What fn returns all the same goes to opts->release, on
+ * the caller's loop; arg must stay valid until fn has returned, so do not
+ * point it into the caller's stack if the caller may be cancelled. A task
+ * cancelled before the call gets -ECANCELED and fn never runs.
+ *
+ * The call holds a reference on `loop` (weft_loop_ref) until it has come
+ * back: `loop` does not end meanwhile (nor declare fn's task deadlocked),
+ * and it must be running, or run later, and not be freed while calls to it
+ * are out. The caller's loop counts the call as a job (weft_loop_run waits
+ * for it, weft_executor_pending counts it), and weft_loop_free cancels the
+ * calls it has out and waits for them. `loop` may be the caller's own: a
+ * spawn and a join.
+ *
+ * Errors after which fn never runs: -EINVAL (loop or fn NULL, outside a
+ * task); -EDEADLK (loop is another loop of the caller's thread, which
+ * cannot run before the caller's returns); -ENOMEM (here, or no task or
+ * stack for fn on `loop`). It costs two weft_call_soon_threadsafe hops,
+ * each a wake-up when the loop woken was idle, and a spawn. */
+int weft_run_in_loop(weft_loop *loop, void *(*fn)(void *), void *arg,
+                     void **result);
+int weft_run_in_loop_with(weft_loop *loop, void *(*fn)(void *), void *arg,
+                          void **result, const weft_submit_opts *opts);
+
+/* The same without waiting: a future of the caller's loop (which the caller
+ * holds one reference to) gets fn's result, or the error -ENOMEM if fn's
+ * task could not start. One to each of several loops, then a weft_await of
+ * each, gathers from them all. Cancelling or releasing the future does not
+ * stop fn (as for weft_submit); its result then goes to opts->release. May
+ * be called outside a task (the current loop's); not a cancellation
+ * point. NULL and errno: EINVAL, EDEADLK, ENOMEM, as above. */
+weft_future *weft_submit_to_loop(weft_loop *loop, void *(*fn)(void *),
+                                 void *arg);
+weft_future *weft_submit_to_loop_with(weft_loop *loop, void *(*fn)(void *),
+                                      void *arg, const weft_submit_opts *opts);
+
 /* Jobs submitted to the loop's pool and not yet delivered, and the threads
  * it has started: for tests and monitoring. */
 size_t weft_executor_pending(const weft_loop *loop);

@@ -16,6 +16,14 @@
  *
  * Only the loop's thread touches a job before it is queued and after it
  * is delivered; a worker owns it in between.
+ *
+ * A call into another loop (weft_run_in_loop, weft_submit_to_loop) is the
+ * same record with another loop as its worker: the caller's thread sends
+ * it there with weft_call_soon_threadsafe, a task of that loop runs fn, and
+ * the record comes back through the same list of finished jobs, so the
+ * answer needs no memory and cannot fail. The call holds a reference on the
+ * other loop until it has come back, so that a cancellation sent after it
+ * always finds that loop there.
  */
 #include "backend.h"
 
@@ -35,7 +43,19 @@ typedef struct job {
   weft_future *future; /* weft_submit's future (the job holds a reference) */
   void (*release)(void *result, void *arg);
   void *release_arg;
+  /* A call into another loop; to is NULL for a job of the pool. */
+  weft_loop *to;             /* where fn runs */
+  weft_loop *home;           /* the caller's loop, where the job comes back */
+  weft_task *remote;         /* fn's task there while it runs (to's thread) */
+  struct job *rnext, *rprev; /* in the pool's list of calls out */
+  int state;                 /* atomic: CALL_* */
+  int err;                   /* why fn never ran (-ENOMEM, -ECANCELED), or 0 */
 } job;
+
+/* A call's state, set by the two loops' threads. */
+#define CALL_CANCEL_SENT 1 /* the caller's loop sent a cancellation */
+#define CALL_CANCEL_RUN  2 /* ... which ran on the other loop */
+#define CALL_ENDED       4 /* fn has returned there (or never started) */
 
 typedef struct pool {
   pthread_mutex_t lock;
@@ -55,6 +75,12 @@ typedef struct pool {
    * (loop thread): a loop freed before the caller runs again releases it
    * (opts->release), so nothing a result owns is lost with the task. */
   job *handed;
+  /* Calls into other loops not yet delivered (loop thread), and how many
+   * of them have not come back (under lock: the other loops count them
+   * down); weft_loop_free waits on `back` for the last. */
+  job *calls;
+  size_t calls_out;
+  pthread_cond_t back;
 } pool;
 
 /* Job records kept per loop for reuse; beyond this many they are freed. */
@@ -77,6 +103,7 @@ static pool *pool_get(weft_loop *loop) {
   p->max = loop->executor_max ? loop->executor_max : default_threads();
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->work, NULL);
+  pthread_cond_init(&p->back, NULL);
   p->loop = loop;
   loop->executor = p;
   loop->jobs_deliver = executor_deliver;
@@ -192,6 +219,8 @@ static job *job_new(weft_loop *loop, void *(*fn)(void *), void *arg,
   j->future = NULL;
   j->release = opts ? opts->release : NULL;
   j->release_arg = opts ? opts->release_arg : NULL;
+  j->to = NULL;
+  j->err = 0;
   return j;
 }
 
@@ -218,7 +247,7 @@ static int job_submit(weft_loop *loop, job *j) {
 }
 
 static void job_drop_result(job *j) {
-  if (j->release)
+  if (j->release && !j->err) /* a call whose fn never ran has no result */
     j->release(j->result, j->release_arg);
 }
 
@@ -226,6 +255,14 @@ static void job_drop_result(job *j) {
 static void deliver(weft_loop *loop, job *j) {
   pool *p = loop->executor;
   loop->jobs_pending--;
+  if (j->to) { /* a call: off the list of calls out */
+    if (j->rprev)
+      j->rprev->rnext = j->rnext;
+    else
+      p->calls = j->rnext;
+    if (j->rnext)
+      j->rnext->rprev = j->rprev;
+  }
   if (j->task) { /* its caller still waits: it takes the result */
     j->prev = NULL;
     j->next = p->handed;
@@ -237,10 +274,14 @@ static void deliver(weft_loop *loop, job *j) {
   }
   weft_future *f = j->future;
   /* The job holds one reference: with no other, nobody can see a value. */
-  if (f && !weft_future_done(f) && weft__future_refs(f) > 1)
-    weft_future_set_result(f, j->result);
-  else
+  if (f && !weft_future_done(f) && weft__future_refs(f) > 1) {
+    if (j->err)
+      weft_future_set_error(f, -j->err);
+    else
+      weft_future_set_result(f, j->result);
+  } else {
     job_drop_result(j);
+  }
   weft_future_release(f);
   job_free(p, j);
 }
@@ -265,6 +306,140 @@ static void executor_deliver(weft_loop *loop) {
   }
 }
 
+/* ---- calls into other loops ------------------------------------------ */
+/* The call is done with the other loop: back onto its caller's list of
+ * finished jobs, counted back under the lock that weft_loop_free waits
+ * on, and the reference on the other loop dropped. From either thread; j
+ * is the caller's loop's from the push on. */
+static void call_back(job *j) {
+  weft_loop *to = j->to, *home = j->home;
+  pool *p = home->executor;
+  pthread_mutex_lock(&p->lock);
+  push_done(home, j);
+  if (--p->calls_out == 0)
+    pthread_cond_broadcast(&p->back);
+  pthread_mutex_unlock(&p->lock);
+  weft_loop_unref(to);
+}
+
+/* fn has returned on the other loop, or will never run: the call goes
+ * back, unless a cancellation was sent that has not yet arrived, which
+ * then sends it back (it needs j, and the other loop, until it has run). */
+static void call_end(job *j) {
+  int old = __atomic_fetch_or(&j->state, CALL_ENDED, __ATOMIC_ACQ_REL);
+  if (!(old & CALL_CANCEL_SENT) || (old & CALL_CANCEL_RUN))
+    call_back(j);
+}
+
+static void *call_task(void *arg) {
+  job *j = arg;
+  j->result = j->fn(j->arg);
+  j->remote = NULL;
+  call_end(j);
+  return NULL;
+}
+
+/* On the other loop: fn starts in a task of its own, unless the caller has
+ * given up already. (Its cancellation, sent after this from the same
+ * thread, arrives after it.) */
+static void call_start(void *arg) {
+  job *j = arg;
+  if (__atomic_load_n(&j->state, __ATOMIC_ACQUIRE) & CALL_CANCEL_SENT) {
+    j->err = -ECANCELED;
+    call_end(j);
+    return;
+  }
+  weft_task *t = weft_spawn(call_task, j);
+  if (!t) {
+    j->err = -ENOMEM;
+    call_end(j);
+    return;
+  }
+  weft_detach(t);
+  j->remote = t;
+}
+
+/* On the other loop: the caller's cancellation arrives. */
+static void call_cancel_run(void *arg) {
+  job *j = arg;
+  int old = __atomic_fetch_or(&j->state, CALL_CANCEL_RUN, __ATOMIC_ACQ_REL);
+  if (old & CALL_ENDED)
+    call_back(j); /* fn ended first, and left the rest to this */
+  else
+    weft_cancel(j->remote);
+}
+
+/* On the caller's loop: cancels fn's task, unless fn has ended there. */
+static void call_cancel(job *j) {
+  int old = __atomic_load_n(&j->state, __ATOMIC_RELAXED);
+  do {
+    if (old & (CALL_ENDED | CALL_CANCEL_SENT))
+      return;
+  } while (!__atomic_compare_exchange_n(&j->state, &old, old | CALL_CANCEL_SENT,
+                                        0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+  if (weft_call_soon_threadsafe(j->to, call_cancel_run, j) == 0)
+    return;
+  /* No memory for the message: fn runs to its end. If it has ended since
+   * and left the call to the message, send it back here. */
+  old = __atomic_fetch_and(&j->state, ~CALL_CANCEL_SENT, __ATOMIC_ACQ_REL);
+  if (old & CALL_ENDED)
+    call_back(j);
+}
+
+/* Sends j, made by job_new on the caller's loop `home`, to run on `to`.
+ * Returns 0, or a negative errno with j freed and nothing sent. */
+static int call_send(weft_loop *home, weft_loop *to, job *j) {
+  pool *p = home->executor;
+  j->to = to;
+  j->home = home;
+  j->remote = NULL;
+  j->state = 0;
+  weft_loop_ref(to);
+  pthread_mutex_lock(&p->lock);
+  p->calls_out++;
+  pthread_mutex_unlock(&p->lock);
+  int rc = weft_call_soon_threadsafe(to, call_start, j);
+  if (rc < 0) {
+    pthread_mutex_lock(&p->lock);
+    p->calls_out--;
+    pthread_mutex_unlock(&p->lock);
+    weft_loop_unref(to);
+    job_free(p, j);
+    return rc;
+  }
+  j->rprev = NULL;
+  j->rnext = p->calls;
+  if (j->rnext)
+    j->rnext->rprev = j;
+  p->calls = j;
+  home->jobs_pending++;
+  return 0;
+}
+
+/* weft_loop_free: the calls still out are cancelled, and waited for (they
+ * come back to this loop's memory). A call into the loop itself will never
+ * run further: its task and its callbacks are dropped with the loop. */
+static void calls_wait(pool *p) {
+  for (job *j = p->calls; j; j = j->rnext) {
+    if (j->to != p->loop) {
+      call_cancel(j);
+      continue;
+    }
+    int s = j->state;
+    if (!(s & CALL_ENDED)) {
+      j->state = s | CALL_ENDED;
+      j->err = -ECANCELED; /* no result */
+      call_back(j);
+    } else if ((s & CALL_CANCEL_SENT) && !(s & CALL_CANCEL_RUN)) {
+      call_back(j); /* left to a cancellation that will not run */
+    }
+  }
+  pthread_mutex_lock(&p->lock);
+  while (p->calls_out)
+    pthread_cond_wait(&p->back, &p->lock);
+  pthread_mutex_unlock(&p->lock);
+}
+
 /* weft_loop_free (the loop's pool_free hook): let the workers finish what
  * was queued, join them, and release the results nobody will take now (no
  * task runs again). */
@@ -272,6 +447,7 @@ static void executor_free(weft_loop *loop) {
   pool *p = loop->executor;
   if (!p)
     return;
+  calls_wait(p);
   pthread_mutex_lock(&p->lock);
   p->stopping = 1;
   pthread_cond_broadcast(&p->work);
@@ -298,6 +474,7 @@ static void executor_free(weft_loop *loop) {
   }
   loop->jobs_pending = 0;
   pthread_cond_destroy(&p->work);
+  pthread_cond_destroy(&p->back);
   pthread_mutex_destroy(&p->lock);
   weft__free(p->threads);
   weft__free(p);
@@ -401,6 +578,86 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
 
 weft_future *weft_submit(void *(*fn)(void *), void *arg) {
   return weft_submit_with(fn, arg, NULL);
+}
+
+/* The caller of weft_run_in_loop was cancelled: the call is nobody's now
+ * (delivery releases its result), and fn's task is cancelled. */
+static void undo_call(weft_task *t, void *arg) {
+  job *j = arg;
+  (void)t;
+  j->task = NULL;
+  call_cancel(j);
+}
+
+int weft_run_in_loop_with(weft_loop *loop, void *(*fn)(void *), void *arg,
+                          void **result, const weft_submit_opts *opts) {
+  weft_task *t = weft__running_task();
+  if (!t || !fn || !loop)
+    return -EINVAL;
+  /* Another loop of this thread cannot run before this one returns. */
+  if (loop != t->loop && weft__on_thread(loop->thread))
+    return -EDEADLK;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  if (t->scope && (rc = weft__deadline_arm(t)) < 0)
+    return rc; /* (as in weft__run_in_thread) */
+  job *j = job_new(t->loop, fn, arg, opts);
+  if (!j)
+    return -ENOMEM;
+  j->task = t;
+  if ((rc = call_send(t->loop, loop, j)) < 0)
+    return rc;
+  rc = weft__park(WAIT_LOOP, (int64_t)loop->id, undo_call, j);
+  if (rc == 0) {
+    rc = j->err;
+    void *out = take_result(t->loop->executor, j);
+    if (result && rc == 0)
+      *result = out;
+  }
+  return rc;
+}
+
+int weft_run_in_loop(weft_loop *loop, void *(*fn)(void *), void *arg,
+                     void **result) {
+  return weft_run_in_loop_with(loop, fn, arg, result, NULL);
+}
+
+weft_future *weft_submit_to_loop_with(weft_loop *loop, void *(*fn)(void *),
+                                      void *arg, const weft_submit_opts *opts) {
+  weft_loop *home =
+      weft__loop_running ? weft__loop_running : weft_loop_current();
+  if (!home || !loop || !fn) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (loop != home && weft__on_thread(loop->thread)) {
+    errno = EDEADLK;
+    return NULL;
+  }
+  weft_future *f = weft_future_new();
+  if (!f)
+    return NULL;
+  job *j = job_new(home, fn, arg, opts);
+  if (!j) {
+    weft_future_release(f);
+    errno = ENOMEM;
+    return NULL;
+  }
+  j->future = weft_future_ref(f);
+  int rc = call_send(home, loop, j);
+  if (rc < 0) {
+    weft_future_release(f);
+    weft_future_release(f);
+    errno = -rc;
+    return NULL;
+  }
+  return f;
+}
+
+weft_future *weft_submit_to_loop(weft_loop *loop, void *(*fn)(void *),
+                                 void *arg) {
+  return weft_submit_to_loop_with(loop, fn, arg, NULL);
 }
 
 size_t weft_executor_pending(const weft_loop *loop) {

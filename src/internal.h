@@ -85,6 +85,7 @@ enum {
   WAIT_MAILBOX_FULL, /* detail: the actor's address (a send to it) */
   WAIT_ACTOR_END,    /* detail: the actor's address (weft_actor_wait) */
   WAIT_EXECUTOR,     /* detail: the function running on the pool */
+  WAIT_LOOP,         /* detail: the id of the loop a call runs on */
   WAIT_OTHER,        /* detail: an address */
 };
 

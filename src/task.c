@@ -774,6 +774,7 @@ static void describe_wait(const weft_task *t, int64_t now, char *buf,
     break;
   case WAIT_ACTOR_END: snprintf(buf, len, "end of actor %#llx", d); break;
   case WAIT_EXECUTOR: snprintf(buf, len, "job %#llx on the pool", d); break;
+  case WAIT_LOOP: snprintf(buf, len, "a call into loop %lld", d); break;
   case WAIT_OTHER: snprintf(buf, len, "%#llx", d); break;
   default: snprintf(buf, len, "-"); break;
   }

@@ -1,0 +1,474 @@
+/*
+ * Calls into another thread's loop: weft_run_in_loop and
+ * weft_submit_to_loop.
+ *
+ *  - fn runs as a task of the other loop, on its thread, and may wait
+ *    there; 200 callers at once get their own results, and the other
+ *    loop's state needs no lock (TSan);
+ *  - the caller's own loop as the target; another loop of the caller's
+ *    thread (-EDEADLK); bad arguments (-EINVAL);
+ *  - a caller whose deadline passes returns -ETIMEDOUT at once, fn's task
+ *    is cancelled there, and what it returns goes to opts->release, once,
+ *    on the caller's thread;
+ *  - a caller that gave up before the other loop got to the call: fn never
+ *    runs, and nothing is released;
+ *  - a task cancelled before the call: fn never runs;
+ *  - futures gathered from two other loops and the caller's own, from a
+ *    task and from outside one;
+ *  - weft_loop_free of a loop with calls out (to another loop, and to
+ *    itself): they are cancelled and waited for, nothing leaks (ASan,
+ *    valgrind).
+ */
+#include "weft.h"
+
+#include "check.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define P(x) ((void *)(intptr_t)(x))
+#define I(p) ((intptr_t)(p))
+
+static void begin(const char *name) {
+  check_case(name, RUNNING_ON_VALGRIND ? 110 : 60);
+}
+
+/* ---- another thread running a loop ------------------------------------ */
+/* It holds a reference of its own until other_stop, so it keeps running
+ * with nothing to do. `block`, when set, is a POSIX semaphore the loop's
+ * first callback waits on: the thread is busy, as a loop in a long
+ * callback is. */
+typedef struct other {
+  pthread_t thread;
+  weft_loop *loop;
+  sem_t ready;
+  sem_t *block;
+} other;
+
+static void block_cb(void *arg) { sem_wait(arg); }
+
+static void *other_main(void *arg) {
+  other *o = arg;
+  o->loop = weft_loop_new(NULL);
+  CHECK(o->loop != NULL);
+  weft_loop_ref(o->loop);
+  if (o->block)
+    CHECK_EQ(weft_call_soon_threadsafe(o->loop, block_cb, o->block), 0);
+  sem_post(&o->ready);
+  CHECK_EQ(weft_loop_run(o->loop), 0);
+  weft_loop_free(o->loop);
+  return NULL;
+}
+
+static void other_start(other *o, sem_t *block) {
+  o->block = block;
+  sem_init(&o->ready, 0, 0);
+  CHECK_EQ(pthread_create(&o->thread, NULL, other_main, o), 0);
+  sem_wait(&o->ready);
+}
+
+static void other_stop(other *o) {
+  weft_loop_unref(o->loop);
+  CHECK_EQ(pthread_join(o->thread, NULL), 0);
+  sem_destroy(&o->ready);
+}
+
+static int64_t elapsed_ms(int64_t since) {
+  return (weft_now() - since) / 1000000;
+}
+
+/* ---- fn: what runs on the other loop ---------------------------------- */
+static other o1, o2;
+static pthread_t main_thread;
+static int served; /* touched by o1's thread only */
+
+typedef struct req {
+  int n;         /* in */
+  pthread_t ran; /* out: the thread fn ran on */
+  int in_task;   /* out: fn ran in a task */
+  weft_loop *on; /* out: its loop */
+} req;
+
+static void *square(void *arg) {
+  req *r = arg;
+  r->ran = pthread_self();
+  r->in_task = weft_self() != NULL;
+  r->on = weft_loop_current();
+  /* A task there: it may wait. */
+  CHECK_EQ(weft_sleep(1000000), 0);
+  served++;
+  return P(r->n * r->n);
+}
+
+/* ---- many callers ----------------------------------------------------- */
+#define NCALLERS 200
+
+static void *caller(void *arg) {
+  req *r = arg;
+  void *res = NULL;
+  CHECK_EQ(weft_run_in_loop(o1.loop, square, r, &res), 0);
+  CHECK_EQ(I(res), r->n * r->n);
+  CHECK(pthread_equal(r->ran, o1.thread));
+  CHECK_EQ(r->in_task, 1);
+  CHECK_PTR_EQ(r->on, o1.loop);
+  return NULL;
+}
+
+static int many_main(void *arg) {
+  (void)arg;
+  static req reqs[NCALLERS];
+  weft_task *t[NCALLERS];
+  for (int i = 0; i < NCALLERS; i++) {
+    reqs[i].n = i;
+    t[i] = weft_spawn(caller, &reqs[i]);
+    CHECK(t[i] != NULL);
+  }
+  for (int i = 0; i < NCALLERS; i++)
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+  CHECK_EQ(weft_executor_pending(weft_loop_current()), 0);
+  /* result may be NULL */
+  req r = {.n = 3};
+  CHECK_EQ(weft_run_in_loop(o1.loop, square, &r, NULL), 0);
+  return 0;
+}
+
+static void *read_served(void *arg) {
+  (void)arg;
+  return P(served);
+}
+
+static int served_main(void *arg) {
+  (void)arg;
+  void *n = NULL;
+  CHECK_EQ(weft_run_in_loop(o1.loop, read_served, NULL, &n), 0);
+  return (int)I(n);
+}
+
+static void test_many(void) {
+  begin("many callers");
+  other_start(&o1, NULL);
+  CHECK_EQ(weft_main(many_main, NULL), 0);
+  /* served is o1's: read it there. */
+  CHECK_EQ(weft_main(served_main, NULL), NCALLERS + 1);
+  other_stop(&o1);
+}
+
+/* ---- the caller's own loop, another of its thread, bad arguments ------ */
+static int misuse_main(void *arg) {
+  weft_loop *idle = arg; /* made on this thread, not running */
+  req r = {.n = 7};
+  void *res = NULL;
+  CHECK_EQ(weft_run_in_loop(weft_loop_current(), square, &r, &res), 0);
+  CHECK_EQ(I(res), 49);
+  CHECK(pthread_equal(r.ran, main_thread));
+  CHECK_PTR_EQ(r.on, weft_loop_current());
+  res = P(1);
+  CHECK_EQ(weft_run_in_loop(idle, square, &r, &res), -EDEADLK);
+  CHECK_EQ(I(res), 1);
+  errno = 0;
+  CHECK(weft_submit_to_loop(idle, square, &r) == NULL);
+  CHECK_EQ(errno, EDEADLK);
+  CHECK_EQ(weft_run_in_loop(NULL, square, &r, &res), -EINVAL);
+  CHECK_EQ(weft_run_in_loop(o1.loop, NULL, &r, &res), -EINVAL);
+  errno = 0;
+  CHECK(weft_submit_to_loop(NULL, square, &r) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK(weft_submit_to_loop(o1.loop, NULL, &r) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  return 0;
+}
+
+static void test_misuse(void) {
+  begin("own loop, another loop of the thread, bad arguments");
+  other_start(&o1, NULL);
+  req r = {.n = 2};
+  /* Outside a task (and outside any loop). */
+  CHECK_EQ(weft_run_in_loop(o1.loop, square, &r, NULL), -EINVAL);
+  weft_loop *idle = weft_loop_new(NULL);
+  CHECK(idle != NULL);
+  CHECK_EQ(weft_main(misuse_main, idle), 0);
+  weft_loop_free(idle);
+  served = 0; /* (o1 has served nothing: its thread has not touched it) */
+  other_stop(&o1);
+}
+
+/* ---- cancellation ----------------------------------------------------- */
+static int slow_started, slow_cancelled; /* atomics: set on o1's thread */
+static int released;                     /* the caller's thread only */
+static void *released_value;
+static pthread_t released_on;
+
+static void *slow(void *arg) {
+  (void)arg;
+  __atomic_store_n(&slow_started, 1, __ATOMIC_RELEASE);
+  int rc = weft_sleep(10 * (int64_t)1000000000);
+  __atomic_store_n(&slow_cancelled, rc == -ECANCELED, __ATOMIC_RELEASE);
+  return malloc(16); /* the caller's, all the same: release frees it */
+}
+
+static void on_release(void *result, void *arg) {
+  CHECK_EQ(I(arg), 42);
+  released++;
+  released_value = result;
+  released_on = pthread_self();
+  free(result);
+}
+
+static const weft_submit_opts rel = {on_release, P(42)};
+
+static int deadline_main(void *arg) {
+  (void)arg;
+  int64_t t0 = weft_now();
+  void *res = P(1);
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + 50 * 1000000);
+  int rc = weft_run_in_loop_with(o1.loop, slow, NULL, &res, &rel);
+  weft_scope_exit(&sc);
+  CHECK_EQ(rc, -ETIMEDOUT);
+  CHECK_EQ(I(res), 1);
+  CHECK_LT(elapsed_ms(t0), 2000);
+  CHECK_EQ(released, 0); /* fn's task has not come back yet */
+  /* The loop waits for the call to come back before it ends. */
+  return 0;
+}
+
+static void test_deadline(void) {
+  begin("a caller's deadline cancels fn there");
+  other_start(&o1, NULL);
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_main(deadline_main, NULL), 0);
+  CHECK_LT(elapsed_ms(t0), 5000); /* not fn's 10 s */
+  CHECK_EQ(__atomic_load_n(&slow_started, __ATOMIC_ACQUIRE), 1);
+  CHECK_EQ(__atomic_load_n(&slow_cancelled, __ATOMIC_ACQUIRE), 1);
+  CHECK_EQ(released, 1);
+  CHECK(released_value != NULL);
+  CHECK(pthread_equal(released_on, main_thread));
+  other_stop(&o1);
+}
+
+static int never_runs; /* atomic */
+
+static void *must_not_run(void *arg) {
+  (void)arg;
+  __atomic_store_n(&never_runs, 1, __ATOMIC_RELEASE);
+  return malloc(1); /* what release frees, if it is called */
+}
+
+static void *release_block(void *arg) {
+  weft_sleep(100 * 1000000); /* past the caller's deadline */
+  sem_post(arg);
+  return NULL;
+}
+
+static int gave_up_main(void *arg) {
+  CHECK_EQ(weft_go(release_block, arg), 0);
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + 20 * 1000000);
+  int rc = weft_run_in_loop_with(o1.loop, must_not_run, NULL, NULL, &rel);
+  weft_scope_exit(&sc);
+  CHECK_EQ(rc, -ETIMEDOUT);
+  return 0;
+}
+
+static int precancelled_main(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_cancel(weft_self()), 0);
+  CHECK_EQ(weft_run_in_loop(o1.loop, must_not_run, NULL, NULL), -ECANCELED);
+  errno = 0;
+  return 0;
+}
+
+static void test_gave_up(void) {
+  begin("a caller that gave up before fn started");
+  sem_t block;
+  sem_init(&block, 0, 0);
+  other_start(&o1, &block); /* o1's thread waits on `block` */
+  released = 0;
+  CHECK_EQ(weft_main(gave_up_main, &block), 0);
+  CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
+  CHECK_EQ(released, 0);
+  CHECK_EQ(weft_main(precancelled_main, NULL), 0);
+  CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
+  other_stop(&o1);
+  sem_destroy(&block);
+}
+
+/* ---- futures: gathering ----------------------------------------------- */
+static void *whose(void *arg) {
+  weft_sleep(1000000);
+  return P(I(arg) * 10 + (weft_loop_current() == o1.loop   ? 1
+                          : weft_loop_current() == o2.loop ? 2
+                                                           : 3));
+}
+
+static void *gather_task(void *arg) {
+  weft_future **pre = arg; /* submitted before the loop ran */
+  weft_future *f[3] = {
+      weft_submit_to_loop(o1.loop, whose, P(1)),
+      weft_submit_to_loop(o2.loop, whose, P(2)),
+      weft_submit_to_loop(weft_loop_current(), whose, P(3)),
+  };
+  for (int i = 0; i < 3; i++) {
+    CHECK(f[i] != NULL);
+    void *v = NULL;
+    CHECK_EQ(weft_await(f[i], &v), 0);
+    CHECK_EQ(I(v), (i + 1) * 10 + i + 1);
+    weft_future_release(f[i]);
+  }
+  void *v = NULL;
+  CHECK_EQ(weft_await(*pre, &v), 0);
+  CHECK_EQ(I(v), 42);
+  weft_future_release(*pre);
+  return NULL;
+}
+
+static void test_gather(void) {
+  begin("futures from two loops and the caller's own");
+  other_start(&o1, NULL);
+  other_start(&o2, NULL);
+  weft_loop *l = weft_loop_new(NULL); /* this thread's current loop */
+  CHECK(l != NULL);
+  weft_future *pre = weft_submit_to_loop(o2.loop, whose, P(4));
+  CHECK(pre != NULL);
+  CHECK_EQ(weft_executor_pending(l), 1);
+  weft_task_opts lo = {.loop = l};
+  weft_task *t = weft_spawn_opts(gather_task, &pre, &lo);
+  CHECK(t != NULL);
+  CHECK_EQ(weft_loop_run(l), 0);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  weft_loop_free(l);
+  other_stop(&o1);
+  other_stop(&o2);
+}
+
+/* ---- cancellation racing completion --------------------------------- */
+/* Callers with deadlines of 0-300 us against fn that returns at once or
+ * after a yield or a short sleep: every result fn makes is either
+ * returned or released, once (ASan and valgrind see a leak or a double
+ * free; the counts see a loss). */
+#define RACE_TASKS 20
+#define RACE_CALLS 100
+
+static int race_ran; /* atomic: fn's results made */
+/* Valgrind and TSan take ten times longer over a hop. */
+static int race_slow(void) {
+  return RUNNING_ON_VALGRIND || CHECK_TSAN ? 10 : 1;
+}
+static int race_got, race_released;
+
+static void *race_fn(void *arg) {
+  switch (I(arg) % 3) {
+  case 1: weft_yield(); break;
+  case 2: weft_sleep(50000); break;
+  }
+  __atomic_add_fetch(&race_ran, 1, __ATOMIC_RELAXED);
+  return malloc(8);
+}
+
+static void race_release(void *result, void *arg) {
+  (void)arg;
+  race_released++;
+  free(result);
+}
+
+static void *race_caller(void *arg) {
+  unsigned seed = (unsigned)I(arg);
+  const weft_submit_opts ro = {race_release, NULL};
+  for (int i = 0; i < RACE_CALLS; i++) {
+    seed = seed * 1103515245 + 12345;
+    weft_scope sc;
+    weft_scope_enter(&sc, weft_now() + (seed >> 8) % 300000 * race_slow());
+    void *res = NULL;
+    int rc = weft_run_in_loop_with(o1.loop, race_fn, P(seed >> 4), &res, &ro);
+    weft_scope_exit(&sc);
+    if (rc == 0) {
+      CHECK(res != NULL);
+      race_got++;
+      free(res);
+    } else {
+      CHECK_EQ(rc, -ETIMEDOUT);
+    }
+  }
+  return NULL;
+}
+
+static int race_main(void *arg) {
+  (void)arg;
+  for (int i = 0; i < RACE_TASKS; i++)
+    CHECK_EQ(weft_go(race_caller, P(i + 1)), 0);
+  return 0;
+}
+
+static void test_race(void) {
+  begin("cancellation racing completion");
+  other_start(&o1, NULL);
+  CHECK_EQ(weft_main(race_main, NULL), 0);
+  other_stop(&o1);
+  int ran = __atomic_load_n(&race_ran, __ATOMIC_RELAXED);
+  CHECK_EQ(race_got + race_released, ran);
+  CHECK_LE(ran, RACE_TASKS * RACE_CALLS);
+  /* Both outcomes happened (the deadlines are chosen so). */
+  CHECK_GT(race_got, 0);
+  CHECK_GT(race_released, 0);
+  printf("race: %d returned, %d released, %d never ran\n", race_got,
+         race_released, RACE_TASKS * RACE_CALLS - ran);
+}
+
+/* ---- weft_loop_free with calls out ------------------------------------ */
+static void stop_cb(void *arg) { weft_loop_stop(arg); }
+
+static void *to_o1(void *arg) {
+  (void)arg;
+  weft_run_in_loop_with(o1.loop, slow, NULL, NULL, &rel);
+  CHECK(0); /* never comes back: its loop is stopped and freed */
+  return NULL;
+}
+
+static void *to_self(void *arg) {
+  weft_run_in_loop_with(arg, slow, NULL, NULL, &rel);
+  CHECK(0);
+  return NULL;
+}
+
+static void test_free(void) {
+  begin("weft_loop_free with calls out");
+  other_start(&o1, NULL);
+  weft_loop *l = weft_loop_new(NULL);
+  CHECK(l != NULL);
+  weft_task_opts lo = {.loop = l};
+  CHECK(weft_spawn_opts(to_o1, NULL, &lo) != NULL);
+  CHECK(weft_spawn_opts(to_self, l, &lo) != NULL);
+  __atomic_store_n(&slow_started, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&slow_cancelled, 0, __ATOMIC_RELAXED);
+  released = 0;
+  CHECK(weft_call_later(20 * 1000000, stop_cb, l) != NULL);
+  int64_t t0 = weft_now();
+  CHECK_EQ(weft_loop_run(l), 1);
+  CHECK_EQ(weft_executor_pending(l), 2);
+  weft_loop_free(l); /* cancels both, waits for o1's */
+  CHECK_LT(elapsed_ms(t0), 5000);
+  CHECK_EQ(__atomic_load_n(&slow_cancelled, __ATOMIC_ACQUIRE), 1);
+  /* o1's fn returned a value, released; the loop's own never ran again. */
+  CHECK_EQ(released, 1);
+  other_stop(&o1);
+}
+
+int main(void) {
+  main_thread = pthread_self();
+  int fds = check_fd_count();
+  test_many();
+  test_misuse();
+  test_deadline();
+  test_gave_up();
+  test_gather();
+  test_race();
+  test_free();
+  CHECK_EQ(check_fd_count(), fds);
+  printf("test_run_in_loop: ok\n");
+  return 0;
+}
