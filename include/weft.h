@@ -963,7 +963,12 @@ int weft_select(weft_select_case *cases, size_t n, int flags);
  * owns, set up with its _init (or the static initialiser) and needing no
  * cleanup; its fields are private. Every wait is a cancellation point and
  * honours scope deadlines (-ECANCELED, -ETIMEDOUT), and waiters are served
- * in the order they came. An object with waiters belongs to their loop:
+ * in the order they came. A waiter is served before it runs (the mutex or
+ * a unit handed to the first waiter; a signal, or the event set, to each
+ * one woken): such a wait returns 0 even if a cancellation or a deadline
+ * comes before the task runs (with the mutex held: unlock it), and the
+ * cancellation holds for the task's next blocking call. An object with
+ * waiters belongs to their loop:
  * a call that would wait behind them or wake one, from another loop's code
  * or another thread, is refused and changes nothing (-EINVAL, or for the
  * calls that return nothing a line on stderr), as a channel's would. One
