@@ -709,9 +709,11 @@ bool weft_future_done(const weft_future *f);
 int weft_future_result(const weft_future *f, void **value);
 
 /* Calls cb(f, arg) from the loop once f is done, after the callbacks added
- * before it. If f is already done, cb is queued at once (weft_call_soon):
- * it never runs inside this call. Returns 0; -EINVAL (f or cb NULL, or the
- * caller not on f's loop); -ENOMEM. */
+ * before it. If f is already done, cb is queued at once (weft_call_soon),
+ * unless a run of f's callbacks is queued already: cb then joins that run,
+ * so it goes before what weft_call_soon queued since. It never runs inside
+ * this call. Returns 0; -EINVAL (f or cb NULL, or the caller not on f's
+ * loop); -ENOMEM. */
 int weft_future_add_done_callback(weft_future *f,
                                   void (*cb)(weft_future *f, void *arg),
                                   void *arg);
