@@ -31,6 +31,9 @@
  *    it is done, and it gets -EDEADLK waiting for its own actor;
  *  - another loop's task cannot send to an actor, nor wait for it
  *    (-EINVAL);
+ *  - request and reply through a future (docs/actors.md): an asker
+ *    cancelled while it waits, and askers left when the actor ends, whose
+ *    requests its release callback cancels;
  *  - out of memory at each allocation in turn: clean failures, no leaks.
  */
 #include "weft.h"
@@ -1357,6 +1360,84 @@ static void test_busy_older(void) {
   CHECK_LT(busy_spins, 100);
 }
 
+/* Request and reply (docs/actors.md): the request carries a future, the
+ * asker and the actor hold a reference each. An asker cancelled while it
+ * waits leaves the actor a live future to complete; the requests left when
+ * the actor ends are cancelled by its release callback. */
+typedef struct req {
+  weft_future *reply;
+  int x;
+} req;
+
+static void *server(void *arg) {
+  (void)arg;
+  void *msg;
+  while (weft_actor_recv(&msg) == 0) {
+    req *r = msg;
+    (void)weft_sleep(WEFT_MS(20));
+    CHECK_EQ(weft_future_set_result(r->reply, P(r->x * 2)), 0);
+    weft_future_release(r->reply);
+    free(r);
+  }
+  return NULL;
+}
+
+static void release_req(void *msg, void *arg) {
+  req *r = msg;
+  (*(int *)arg)++;
+  CHECK_EQ(weft_future_cancel(r->reply), 1);
+  weft_future_release(r->reply);
+  free(r);
+}
+
+static weft_actor *ask_server;
+
+static void *asker(void *arg) {
+  req *r = malloc(sizeof *r);
+  CHECK(r);
+  r->x = (int)I(arg);
+  r->reply = weft_future_new();
+  CHECK(r->reply);
+  weft_future *reply = weft_future_ref(r->reply);
+  CHECK_EQ(weft_actor_send_to(ask_server, r), 0);
+  void *v = NULL;
+  int rc = weft_await(reply, &v);
+  weft_future_release(reply);
+  return rc == 0 ? v : P(rc);
+}
+
+static int ask_reply_main(void *arg) {
+  (void)arg;
+  int nleft = 0;
+  weft_actor_opts o = {.release = release_req, .release_arg = &nleft};
+  ask_server = weft_actor_spawn_opts("server", server, NULL, &o);
+  CHECK(ask_server);
+  weft_task *t[4];
+  for (intptr_t i = 0; i < 4; i++)
+    CHECK((t[i] = weft_spawn(asker, P(i + 1))));
+  CHECK_EQ(weft_sleep(WEFT_MS(2)), 0); /* 1 is being served */
+  CHECK_EQ(weft_cancel(t[1]), 0);      /* 2 gives up, still queued */
+  void *v;
+  CHECK_EQ(weft_join(t[1], &v), 0);
+  CHECK_EQ(I(v), -ECANCELED);
+  CHECK_EQ(weft_join(t[0], &v), 0);
+  CHECK_EQ(I(v), 2);
+  CHECK_EQ(weft_sleep(WEFT_MS(2)), 0);
+  /* Serving 2 (nobody waits) now; 3 and 4 never will be. */
+  CHECK_EQ(weft_cancel(weft_actor_task(ask_server)), 0);
+  CHECK_EQ(weft_join(t[2], &v), 0);
+  CHECK_EQ(I(v), -ECANCELED);
+  CHECK_EQ(weft_join(t[3], &v), 0);
+  CHECK_EQ(I(v), -ECANCELED);
+  wait_ended(ask_server);
+  CHECK_EQ(nleft, 2);
+  return 0;
+}
+
+static void test_ask_reply(void) {
+  CHECK_EQ(weft_main(ask_reply_main, NULL), 0);
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -1376,6 +1457,7 @@ int main(void) {
   test_free_in_release();
   test_wait_release();
   test_other_loop();
+  test_ask_reply();
   test_oom();
   test_dump();
   printf("test_actor: ok\n");
