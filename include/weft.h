@@ -1096,12 +1096,13 @@ typedef struct weft_actor_opts {
   size_t mailbox_bound;
   /* Called as release(msg, release_arg), oldest first, for each message
    * still in the mailbox when the actor ends (in its task, after fn
-   * returned; the actor counts as ended already), or when the loop is
-   * freed with the actor still there, or with the release of its leftovers
-   * stopped inside a callback that blocked (then it must not call weft:
-   * the messages not reached yet are released from weft_loop_free). Not for
-   * sends refused with -ENOENT, whether made after the end or waiting at
-   * it: those messages stay the sender's. NULL: left alone. */
+   * returned; the actor counts as ended already), or from weft_loop_free
+   * when the loop is freed with the actor still there, or with the release
+   * of its leftovers stopped inside a callback that blocked (the messages
+   * not reached yet). From weft_loop_free it must not call weft: the
+   * loop's futures, among the rest, are freed already. Not for sends
+   * refused with -ENOENT, whether made after the end or waiting at it:
+   * those messages stay the sender's. NULL: left alone. */
   void (*release)(void *msg, void *arg);
   void *release_arg;
   /* The task's stack size (0: the loop's default). */
