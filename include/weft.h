@@ -484,7 +484,11 @@ ssize_t weft_write_all(int fd, const void *buf, size_t len);
  * this), waits (1 ms, doubling up to 100 ms while it lasts) and tries again; it
  * returns once a connection could be accepted. ENOBUFS and ENOMEM back off the
  * same way, dropping nothing; a connection reset while queued (ECONNABORTED,
- * EPROTO) is passed over. Returns the new fd or a negative errno. */
+ * EPROTO) is passed over. Returns the new fd or a negative errno. On
+ * io_uring, connections are accepted ahead of the calls and queued in the
+ * process (64, and more in a burst that comes while the loop is busy:
+ * docs/io.md, "io_uring"), so a server that stops calling weft_accept to
+ * cap its connections still holds those fds. */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Connects fd (made non-blocking) and waits for the result: 0 or a negative
