@@ -187,10 +187,13 @@ void weft_loop_free(weft_loop *loop);
 weft_loop *weft_loop_current(void);
 
 /* Makes a loop on this thread, runs fn(arg) as its first task, runs until
- * every task has finished and returns fn's value. A loop whose remaining
- * tasks can never wake is deadlocked: they are cancelled (their blocking
- * calls return -ECANCELED, inside a shielded scope too, since nothing else
- * could wake them) and the loop runs on until they finish. With the
+ * every task has finished and returns fn's value. It runs the loop as
+ * weft_loop_run does: also until no callback, timer (but those at
+ * WEFT_NEVER) or job of the pool is left, so a timer fn set and did not
+ * cancel (weft_call_later) delays the return until it has fired. A loop whose
+ * remaining tasks can never wake is deadlocked: they are cancelled (their
+ * blocking calls return -ECANCELED, inside a shielded scope too, since nothing
+ * else could wake them) and the loop runs on until they finish. With the
  * environment variable WEFT_DEBUG=1 the task dump is printed first.
  * weft_loop_stop(weft_loop_current()) ends it early: the tasks left are
  * dropped, as weft_loop_free drops them. Returns fn's value, or a negative
