@@ -28,6 +28,19 @@
  *                          the oldest, release it and submit a new one in
  *                          its place, N jobs in all (no task per job).
  *   submit_await_64_cpu    the same, process CPU ns per job
+ *   run_in_loop_rtt        ns (wall) per weft_run_in_loop(other, trivial,
+ *                          ...) made by one task, one after the other, into
+ *                          a loop on a second thread that has nothing else
+ *                          to do: the call sent with
+ *                          weft_call_soon_threadsafe, the other loop woken,
+ *                          a task spawned there to run trivial(), the call
+ *                          pushed back, this loop woken, the task resumed.
+ *   run_in_loop_rtt_cpu    the same calls, process CPU ns per call (both
+ *                          loops' threads)
+ *   run_in_loop_64         calls per second (wall) with 64 in flight: 64
+ *                          tasks, each looping weft_run_in_loop(other,
+ *                          trivial) N / 64 times.
+ *   run_in_loop_64_cpu     the same, process CPU ns per call
  *   executor_threads       threads the pool had started by the end (the
  *                          default size: the online CPUs, at least 2), the
  *                          size the Python peers' pools are given.
@@ -151,6 +164,84 @@ static two tasks64_round(long n) {
   int64_t w1 = wall_now(), c1 = bench_cpu_now();
   double jobs = (double)each * INFLIGHT;
   return (two){jobs * 1e9 / (double)(w1 - w0), (double)(c1 - c0) / jobs};
+}
+
+/* ---- run_in_loop_rtt, run_in_loop_64 ----------------------------------- */
+/* The other loop: a thread whose loop holds a reference until the end. */
+static weft_loop *other;
+static pthread_t other_thread;
+static int other_up; /* atomic */
+
+static void *other_main(void *arg) {
+  (void)arg;
+  weft_loop *l = weft_loop_new(NULL);
+  if (!l)
+    die("weft_loop_new", -errno);
+  weft_loop_ref(l);
+  other = l;
+  __atomic_store_n(&other_up, 1, __ATOMIC_RELEASE);
+  int rc = weft_loop_run(l);
+  if (rc != 0)
+    die("weft_loop_run (the other loop)", rc);
+  weft_loop_free(l);
+  return NULL;
+}
+
+static void other_start(void) {
+  if (pthread_create(&other_thread, NULL, other_main, NULL) != 0)
+    die("pthread_create", -EAGAIN);
+  while (!__atomic_load_n(&other_up, __ATOMIC_ACQUIRE))
+    sched_yield();
+}
+
+static void other_stop(void) {
+  weft_loop_unref(other);
+  pthread_join(other_thread, NULL);
+}
+
+static void call_other(long i) {
+  void *r = NULL;
+  int rc = weft_run_in_loop(other, trivial, (void *)(intptr_t)(i + 1), &r);
+  if (rc != 0)
+    die("weft_run_in_loop", rc);
+  if (r != (void *)(intptr_t)(i + 1)) {
+    fprintf(stderr, "executor: weft_run_in_loop gave the wrong result\n");
+    exit(1);
+  }
+}
+
+static two loop_rtt_round(long n) {
+  int64_t w0 = wall_now(), c0 = bench_cpu_now();
+  for (long i = 0; i < n; i++)
+    call_other(i);
+  int64_t w1 = wall_now(), c1 = bench_cpu_now();
+  return (two){(double)(w1 - w0) / (double)n, (double)(c1 - c0) / (double)n};
+}
+
+static void *loop_looper(void *arg) {
+  long n = (long)(intptr_t)arg;
+  for (long i = 0; i < n; i++)
+    call_other(i);
+  return NULL;
+}
+
+static two loop64_round(long n) {
+  long each = n / INFLIGHT;
+  if (each < 1)
+    each = 1;
+  weft_task *t[INFLIGHT];
+  int64_t w0 = wall_now(), c0 = bench_cpu_now();
+  for (int i = 0; i < INFLIGHT; i++)
+    if (!(t[i] = weft_spawn(loop_looper, (void *)(intptr_t)each)))
+      die("weft_spawn", -errno);
+  for (int i = 0; i < INFLIGHT; i++) {
+    int rc = weft_join(t[i], NULL);
+    if (rc != 0)
+      die("weft_join", rc);
+  }
+  int64_t w1 = wall_now(), c1 = bench_cpu_now();
+  double calls = (double)each * INFLIGHT;
+  return (two){calls * 1e9 / (double)(w1 - w0), (double)(c1 - c0) / calls};
 }
 
 /* ---- submit_await_64 --------------------------------------------------- */
@@ -288,8 +379,11 @@ static int bench_main(void *arg) {
       {"run_in_thread_rtt", rtt_round, 1, 20, "ns"},
       {"run_in_thread_64", tasks64_round, 1, 1, "jobs/s"},
       {"submit_await_64", submit64_round, 1, 1, "jobs/s"},
+      {"run_in_loop_rtt", loop_rtt_round, 1, 20, "ns"},
+      {"run_in_loop_64", loop64_round, 1, 1, "calls/s"},
   };
   enum { NFIG = sizeof figs / sizeof figs[0] };
+  other_start();
   static bench_series wall[NFIG], cpu[NFIG];
   static char cpu_name[NFIG][64];
   for (int f = 0; f < NFIG; f++) {
@@ -308,6 +402,7 @@ static int bench_main(void *arg) {
     bench_report(&wall[f], figs[f].wall_unit);
     bench_report(&cpu[f], "ns");
   }
+  other_stop();
   bench_print("executor_threads", weft_executor_threads(weft_loop_current()),
               "threads");
 

@@ -1248,13 +1248,14 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
  * point it into the caller's stack if the caller may be cancelled. A task
  * cancelled before the call gets -ECANCELED and fn never runs.
  *
- * The call holds a reference on `loop` (weft_loop_ref) until it has come
- * back: `loop` does not end meanwhile (nor declare fn's task deadlocked),
- * and it must be running, or run later, and not be freed while calls to it
- * are out. The caller's loop counts the call as a job (weft_loop_run waits
- * for it, weft_executor_pending counts it), and weft_loop_free cancels the
- * calls it has out and waits for them. `loop` may be the caller's own: a
- * spawn and a join.
+ * `loop` must be running, or be run later, and must not be freed while
+ * calls to it are out (as for weft_call_soon_threadsafe: a loop that others
+ * call holds a weft_loop_ref of its own). The call keeps it running while
+ * it is there (a callback queued, then fn's task); fn's task is one of its
+ * tasks, to which its deadlock rule applies. The caller's loop counts the
+ * call as a job (weft_loop_run waits for it, weft_executor_pending counts
+ * it), and weft_loop_free cancels the calls it has out and waits for them.
+ * `loop` may be the caller's own: a spawn and a join.
  *
  * Errors after which fn never runs: -EINVAL (loop or fn NULL, outside a
  * task); -EDEADLK (loop is another loop of the caller's thread, which

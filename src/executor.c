@@ -21,15 +21,17 @@
  * same record with another loop as its worker: the caller's thread sends
  * it there with weft_call_soon_threadsafe, a task of that loop runs fn, and
  * the record comes back through the same list of finished jobs, so the
- * answer needs no memory and cannot fail. The call holds a reference on the
- * other loop until it has come back, so that a cancellation sent after it
- * always finds that loop there.
+ * answer needs no memory and cannot fail. The other loop stays while the
+ * call is there: its queued callback, then fn's task, keep it running, and
+ * a task that ends with a cancellation on its way to it takes a reference
+ * until that has arrived.
  */
 #include "backend.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct job {
@@ -76,11 +78,10 @@ typedef struct pool {
    * (opts->release), so nothing a result owns is lost with the task. */
   job *handed;
   /* Calls into other loops not yet delivered (loop thread), and how many
-   * of them have not come back (under lock: the other loops count them
-   * down); weft_loop_free waits on `back` for the last. */
+   * of them have not come back (the other loops count them down: the last
+   * touch of this loop's memory); weft_loop_free waits for the last. */
   job *calls;
-  size_t calls_out;
-  pthread_cond_t back;
+  size_t calls_out; /* atomic */
 } pool;
 
 /* Job records kept per loop for reuse; beyond this many they are freed. */
@@ -103,7 +104,6 @@ static pool *pool_get(weft_loop *loop) {
   p->max = loop->executor_max ? loop->executor_max : default_threads();
   pthread_mutex_init(&p->lock, NULL);
   pthread_cond_init(&p->work, NULL);
-  pthread_cond_init(&p->back, NULL);
   p->loop = loop;
   loop->executor = p;
   loop->jobs_deliver = executor_deliver;
@@ -308,27 +308,34 @@ static void executor_deliver(weft_loop *loop) {
 
 /* ---- calls into other loops ------------------------------------------ */
 /* The call is done with the other loop: back onto its caller's list of
- * finished jobs, counted back under the lock that weft_loop_free waits
- * on, and the reference on the other loop dropped. From either thread; j
- * is the caller's loop's from the push on. */
+ * finished jobs, and counted back, the last touch of the caller's loop
+ * (weft_loop_free waits for the count). From either thread; j is the
+ * caller's loop's from the push on. */
 static void call_back(job *j) {
-  weft_loop *to = j->to, *home = j->home;
-  pool *p = home->executor;
-  pthread_mutex_lock(&p->lock);
-  push_done(home, j);
-  if (--p->calls_out == 0)
-    pthread_cond_broadcast(&p->back);
-  pthread_mutex_unlock(&p->lock);
+  pool *p = j->home->executor;
+  push_done(j->home, j);
+  __atomic_sub_fetch(&p->calls_out, 1, __ATOMIC_RELEASE);
+}
+
+/* The same for a call whose end was left to its cancellation: the other
+ * loop's reference, taken then, is dropped. */
+static void call_back_late(job *j) {
+  weft_loop *to = j->to;
+  call_back(j);
   weft_loop_unref(to);
 }
 
 /* fn has returned on the other loop, or will never run: the call goes
  * back, unless a cancellation was sent that has not yet arrived, which
- * then sends it back (it needs j, and the other loop, until it has run). */
+ * then sends it back: it needs j, and the other loop, until it has run,
+ * so the loop is kept (its task is ending, and the cancellation may not
+ * be queued yet). */
 static void call_end(job *j) {
   int old = __atomic_fetch_or(&j->state, CALL_ENDED, __ATOMIC_ACQ_REL);
   if (!(old & CALL_CANCEL_SENT) || (old & CALL_CANCEL_RUN))
     call_back(j);
+  else
+    weft_loop_ref(j->to);
 }
 
 static void *call_task(void *arg) {
@@ -364,7 +371,7 @@ static void call_cancel_run(void *arg) {
   job *j = arg;
   int old = __atomic_fetch_or(&j->state, CALL_CANCEL_RUN, __ATOMIC_ACQ_REL);
   if (old & CALL_ENDED)
-    call_back(j); /* fn ended first, and left the rest to this */
+    call_back_late(j); /* fn ended first, and left the rest to this */
   else
     weft_cancel(j->remote);
 }
@@ -383,7 +390,7 @@ static void call_cancel(job *j) {
    * and left the call to the message, send it back here. */
   old = __atomic_fetch_and(&j->state, ~CALL_CANCEL_SENT, __ATOMIC_ACQ_REL);
   if (old & CALL_ENDED)
-    call_back(j);
+    call_back_late(j);
 }
 
 /* Sends j, made by job_new on the caller's loop `home`, to run on `to`.
@@ -394,16 +401,10 @@ static int call_send(weft_loop *home, weft_loop *to, job *j) {
   j->home = home;
   j->remote = NULL;
   j->state = 0;
-  weft_loop_ref(to);
-  pthread_mutex_lock(&p->lock);
-  p->calls_out++;
-  pthread_mutex_unlock(&p->lock);
+  __atomic_add_fetch(&p->calls_out, 1, __ATOMIC_RELAXED);
   int rc = weft_call_soon_threadsafe(to, call_start, j);
   if (rc < 0) {
-    pthread_mutex_lock(&p->lock);
-    p->calls_out--;
-    pthread_mutex_unlock(&p->lock);
-    weft_loop_unref(to);
+    __atomic_sub_fetch(&p->calls_out, 1, __ATOMIC_RELAXED);
     job_free(p, j);
     return rc;
   }
@@ -431,13 +432,13 @@ static void calls_wait(pool *p) {
       j->err = -ECANCELED; /* no result */
       call_back(j);
     } else if ((s & CALL_CANCEL_SENT) && !(s & CALL_CANCEL_RUN)) {
-      call_back(j); /* left to a cancellation that will not run */
+      call_back_late(j); /* left to a cancellation that will not run */
     }
   }
-  pthread_mutex_lock(&p->lock);
-  while (p->calls_out)
-    pthread_cond_wait(&p->back, &p->lock);
-  pthread_mutex_unlock(&p->lock);
+  /* Polled: a loop freed with calls out is rare, and the other loops then
+   * need no lock and no condition to signal on every call. */
+  while (__atomic_load_n(&p->calls_out, __ATOMIC_ACQUIRE))
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
 
 /* weft_loop_free (the loop's pool_free hook): let the workers finish what
@@ -474,7 +475,6 @@ static void executor_free(weft_loop *loop) {
   }
   loop->jobs_pending = 0;
   pthread_cond_destroy(&p->work);
-  pthread_cond_destroy(&p->back);
   pthread_mutex_destroy(&p->lock);
   weft__free(p->threads);
   weft__free(p);

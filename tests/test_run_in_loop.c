@@ -15,6 +15,8 @@
  *  - a task cancelled before the call: fn never runs;
  *  - futures gathered from two other loops and the caller's own, from a
  *    task and from outside one;
+ *  - 2,000 calls racing deadlines: every result returned or released once;
+ *  - fn's task is one of the other loop's: its deadlock rule cancels it;
  *  - weft_loop_free of a loop with calls out (to another loop, and to
  *    itself): they are cancelled and waited for, nothing leaks (ASan,
  *    valgrind).
@@ -419,6 +421,54 @@ static void test_race(void) {
          race_released, RACE_TASKS * RACE_CALLS - ran);
 }
 
+/* ---- the other loop's deadlock rule ----------------------------------- */
+/* A loop with no reference of its own, kept for 200 ms by a sleeping
+ * task: fn's task, waiting there for a future nobody completes, is then
+ * all it has, and its deadlock rule cancels it; the call comes back. */
+static void *nap(void *arg) {
+  (void)arg;
+  weft_sleep(200 * 1000000);
+  return NULL;
+}
+
+static void *transient_main(void *arg) {
+  other *o = arg;
+  o->loop = weft_loop_new(NULL);
+  CHECK(o->loop != NULL);
+  CHECK_EQ(weft_go(nap, NULL), 0);
+  sem_post(&o->ready);
+  CHECK_EQ(weft_loop_run(o->loop), 0);
+  weft_loop_free(o->loop);
+  return NULL;
+}
+
+static void *wait_forever(void *arg) {
+  (void)arg;
+  weft_future *f = weft_future_new();
+  int rc = weft_await(f, NULL);
+  weft_future_release(f);
+  return P(rc);
+}
+
+static int deadlock_main(void *arg) {
+  other *o = arg;
+  void *res = NULL;
+  CHECK_EQ(weft_run_in_loop(o->loop, wait_forever, NULL, &res), 0);
+  CHECK_EQ(I(res), -ECANCELED);
+  return 0;
+}
+
+static void test_deadlock_rule(void) {
+  begin("the other loop's deadlock rule reaches fn's task");
+  other t;
+  sem_init(&t.ready, 0, 0);
+  CHECK_EQ(pthread_create(&t.thread, NULL, transient_main, &t), 0);
+  sem_wait(&t.ready);
+  CHECK_EQ(weft_main(deadlock_main, &t), 0);
+  CHECK_EQ(pthread_join(t.thread, NULL), 0);
+  sem_destroy(&t.ready);
+}
+
 /* ---- weft_loop_free with calls out ------------------------------------ */
 static void stop_cb(void *arg) { weft_loop_stop(arg); }
 
@@ -467,6 +517,7 @@ int main(void) {
   test_gave_up();
   test_gather();
   test_race();
+  test_deadlock_rule();
   test_free();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_run_in_loop: ok\n");
