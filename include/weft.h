@@ -1240,28 +1240,38 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
  * use that loop's objects, as any of its tasks does. 0 and *result (result
  * may be NULL, as for weft_run_in_thread).
  *
- * A caller cancelled, or whose scope expires, while it waits returns
- * -ECANCELED or -ETIMEDOUT at once, and fn's task is cancelled on its loop
- * (weft_cancel: its blocking calls return -ECANCELED), or never starts if
- * it had not yet. What fn returns all the same goes to opts->release, on
- * the caller's loop; arg must stay valid until fn has returned, so do not
- * point it into the caller's stack if the caller may be cancelled. A task
- * cancelled before the call gets -ECANCELED and fn never runs.
+ * Once the call is made, fn runs, whatever becomes of the caller: a caller
+ * cancelled, or whose scope expires, while it waits returns -ECANCELED or
+ * -ETIMEDOUT at once, and fn's task is cancelled on its loop (weft_cancel:
+ * its blocking calls return -ECANCELED), from its start if it had not
+ * started (with no memory for that message, fn runs on uncancelled). What
+ * fn returns then goes to opts->release, on the caller's loop. So fn (or
+ * release) is where a heap arg is freed, and arg must stay valid until fn
+ * has returned: do not point it into the caller's stack if the caller may
+ * be cancelled (or make the call in a shielded scope). A task cancelled
+ * before the call gets -ECANCELED, and nothing is sent.
  *
  * `loop` must be running, or be run later, and must not be freed while
  * calls to it are out (as for weft_call_soon_threadsafe: a loop that others
- * call holds a weft_loop_ref of its own). The call keeps it running while
- * it is there (a callback queued, then fn's task); fn's task is one of its
- * tasks, to which its deadlock rule applies. The caller's loop counts the
- * call as a job (weft_loop_run waits for it, weft_executor_pending counts
- * it), and weft_loop_free cancels the calls it has out and waits for them.
- * `loop` may be the caller's own: a spawn and a join.
+ * call holds a weft_loop_ref of its own); a loop freed with calls in it
+ * loses them, and their callers wait for ever. The call keeps it running
+ * while it is there (a callback queued, then fn's task); fn's task is one
+ * of its tasks, to which its deadlock rule applies. The caller's loop
+ * counts the call as a job (weft_loop_run waits for it,
+ * weft_executor_pending counts it), and weft_loop_free cancels the calls
+ * it has out and waits for them: two loops stopped and freed with calls
+ * into each other wait for each other for ever. `loop` may be the caller's
+ * own: a spawn and a join (not counted as a job: the deadlock rule sees
+ * the two tasks).
  *
  * Errors after which fn never runs: -EINVAL (loop or fn NULL, outside a
  * task); -EDEADLK (loop is another loop of the caller's thread, which
  * cannot run before the caller's returns); -ENOMEM (here, or no task or
- * stack for fn on `loop`). It costs two weft_call_soon_threadsafe hops,
- * each a wake-up when the loop woken was idle, and a spawn. */
+ * stack for fn on `loop`: then a heap arg has no owner but the caller,
+ * who is told only if still waiting). It costs a weft_call_soon_threadsafe
+ * hop there, a spawn, and a push back onto the caller's loop's list of
+ * finished jobs (as a pool's job returns), each hop a wake-up when the
+ * loop woken was idle; a cancellation, one more hop. */
 int weft_run_in_loop(weft_loop *loop, void *(*fn)(void *), void *arg,
                      void **result);
 int weft_run_in_loop_with(weft_loop *loop, void *(*fn)(void *), void *arg,
@@ -1279,8 +1289,9 @@ weft_future *weft_submit_to_loop(weft_loop *loop, void *(*fn)(void *),
 weft_future *weft_submit_to_loop_with(weft_loop *loop, void *(*fn)(void *),
                                       void *arg, const weft_submit_opts *opts);
 
-/* Jobs submitted to the loop's pool and not yet delivered, and the threads
- * it has started: for tests and monitoring. */
+/* Jobs submitted to the loop's pool, and calls into other loops
+ * (weft_run_in_loop, weft_submit_to_loop), not yet delivered, and the
+ * threads the pool has started: for tests and monitoring. */
 size_t weft_executor_pending(const weft_loop *loop);
 unsigned weft_executor_threads(const weft_loop *loop);
 

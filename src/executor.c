@@ -254,7 +254,8 @@ static void job_drop_result(job *j) {
 /* A finished job, on the loop's thread. */
 static void deliver(weft_loop *loop, job *j) {
   pool *p = loop->executor;
-  loop->jobs_pending--;
+  if (j->to != loop) /* (a call into the loop itself is not counted) */
+    loop->jobs_pending--;
   if (j->to) { /* a call: off the list of calls out */
     if (j->rprev)
       j->rprev->rnext = j->rnext;
@@ -346,16 +347,12 @@ static void *call_task(void *arg) {
   return NULL;
 }
 
-/* On the other loop: fn starts in a task of its own, unless the caller has
- * given up already. (Its cancellation, sent after this from the same
- * thread, arrives after it.) */
+/* On the other loop: fn starts in a task of its own, cancelled already if
+ * the caller has given up (so that fn still runs, and what it owns, arg
+ * or its result, has an owner). (The cancellation, sent after this from
+ * the same thread, arrives after it.) */
 static void call_start(void *arg) {
   job *j = arg;
-  if (__atomic_load_n(&j->state, __ATOMIC_ACQUIRE) & CALL_CANCEL_SENT) {
-    j->err = -ECANCELED;
-    call_end(j);
-    return;
-  }
   weft_task *t = weft_spawn(call_task, j);
   if (!t) {
     j->err = -ENOMEM;
@@ -364,6 +361,8 @@ static void call_start(void *arg) {
   }
   weft_detach(t);
   j->remote = t;
+  if (__atomic_load_n(&j->state, __ATOMIC_ACQUIRE) & CALL_CANCEL_SENT)
+    weft_cancel(t);
 }
 
 /* On the other loop: the caller's cancellation arrives. */
@@ -413,7 +412,12 @@ static int call_send(weft_loop *home, weft_loop *to, job *j) {
   if (j->rnext)
     j->rnext->rprev = j;
   p->calls = j;
-  home->jobs_pending++;
+  /* A call into the loop itself keeps it running as its own parts do (the
+   * callback queued, fn's task, the record on jobs_done), and its deadlock
+   * rule sees through it: counted as a job, it would keep the loop waiting
+   * for a fn that can never wake. */
+  if (to != home)
+    home->jobs_pending++;
   return 0;
 }
 
@@ -602,13 +606,16 @@ int weft_run_in_loop_with(weft_loop *loop, void *(*fn)(void *), void *arg,
     return rc;
   if (t->scope && (rc = weft__deadline_arm(t)) < 0)
     return rc; /* (as in weft__run_in_thread) */
+  /* Once the call is sent, `loop` may run it, end and be freed before
+   * this task parks: read what the dump shows of it first. */
+  int64_t id = (int64_t)loop->id;
   job *j = job_new(t->loop, fn, arg, opts);
   if (!j)
     return -ENOMEM;
   j->task = t;
   if ((rc = call_send(t->loop, loop, j)) < 0)
     return rc;
-  rc = weft__park(WAIT_LOOP, (int64_t)loop->id, undo_call, j);
+  rc = weft__park(WAIT_LOOP, id, undo_call, j);
   if (rc == 0) {
     rc = j->err;
     void *out = take_result(t->loop->executor, j);
