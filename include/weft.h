@@ -1106,8 +1106,10 @@ typedef struct weft_actor_opts {
    * returned; the actor counts as ended already), or from weft_loop_free
    * when the loop is freed with the actor still there, or with the release
    * of its leftovers stopped inside a callback that blocked (the messages
-   * not reached yet). From weft_loop_free it must not call weft: the
-   * loop's futures, among the rest, are freed already. Not for sends
+   * not reached yet). From weft_loop_free it may complete and release the
+   * loop's futures (a request's reply: its waiters are gone, and its
+   * done-callbacks never run) and free memory; nothing else of weft,
+   * since the loop is half taken down. Not for sends
    * refused with -ENOENT, whether made after the end or waiting at it:
    * those messages stay the sender's. NULL: left alone. */
   void (*release)(void *msg, void *arg);

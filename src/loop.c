@@ -399,13 +399,17 @@ void weft_loop_free(weft_loop *loop) {
   /* And the kernel's: a request in flight may still write into a stack. */
   if (loop->backend->quiesce)
     loop->backend->quiesce(loop);
+  /* The actors' leftover messages go to their release callbacks while the
+   * loop's futures and callbacks are still there: a request's reply may be
+   * cancelled and released there (its waiters have left it above; its
+   * done-callbacks are queued and never run). */
+  if (loop->actors_free)
+    loop->actors_free(loop);
   weft__tasks_free(loop);
   weft__stack_trim();
   weft__timers_free(loop);
   if (loop->futures_free)
     loop->futures_free(loop);
-  if (loop->actors_free)
-    loop->actors_free(loop);
   if (loop->groups_free) /* after the tasks: their children are gone */
     loop->groups_free(loop);
   weft__fds_free(loop);

@@ -1438,6 +1438,39 @@ static void test_ask_reply(void) {
   CHECK_EQ(weft_main(ask_reply_main, NULL), 0);
 }
 
+/* A server's loop freed with requests still queued (stopped with their
+ * askers waiting, before the server took any): release_req runs from
+ * weft_loop_free, and the replies it cancels and releases are still the
+ * loop's (a use after free under ASan when the loop's futures went
+ * first). */
+static void *slow_server(void *arg) {
+  (void)arg;
+  (void)weft_sleep(WEFT_SEC(100));
+  return NULL;
+}
+
+static void *stop_later(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  weft_loop_stop(weft_loop_current());
+  return NULL;
+}
+
+static void test_ask_reply_freed(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  int nleft = 0;
+  weft_actor_opts o = {.release = release_req, .release_arg = &nleft};
+  CHECK((ask_server = weft_actor_spawn_opts("slow", slow_server, NULL, &o)));
+  for (intptr_t i = 0; i < 4; i++)
+    CHECK_EQ(weft_go(asker, P(i + 1)), 0);
+  CHECK_EQ(weft_go(stop_later, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(nleft, 0);
+  weft_loop_free(loop);
+  CHECK_EQ(nleft, 4);
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -1458,6 +1491,7 @@ int main(void) {
   test_wait_release();
   test_other_loop();
   test_ask_reply();
+  test_ask_reply_freed();
   test_oom();
   test_dump();
   printf("test_actor: ok\n");
