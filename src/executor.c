@@ -113,15 +113,16 @@ static pool *pool_get(weft_loop *loop) {
 
 /* ---- the workers ------------------------------------------------------ */
 /* A finished job goes onto the loop's list; the push that finds it empty
- * wakes the loop, which takes the whole list at its next turn. */
+ * wakes the loop (unless it was woken since it last blocked), which takes
+ * the whole list at its next turn. */
 static void push_done(weft_loop *loop, job *j) {
   job *old = __atomic_load_n((job **)&loop->jobs_done, __ATOMIC_RELAXED);
   do
     j->next = old;
   while (!__atomic_compare_exchange_n((job **)&loop->jobs_done, &old, j, 1,
-                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
   if (!old)
-    weft__loop_wake(loop);
+    weft__loop_nudge(loop);
 }
 
 static void *worker(void *arg) {

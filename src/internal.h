@@ -512,6 +512,12 @@ void weft__threadsafe_run(weft_loop *loop);
 /* Wakes the loop if it waits in its backend: from any thread (loop.c). */
 void weft__loop_wake(weft_loop *loop);
 
+/* The same for work pushed onto one of the loop's lock-free lists
+ * (jobs_done), with weft_call_soon_threadsafe's economy: no write while
+ * the loop has been woken since it last blocked, or from its own thread.
+ * The push must be sequentially consistent (loop.c's ts_arm). */
+void weft__loop_nudge(weft_loop *loop);
+
 /* A future's reference count (future.c). */
 uint32_t weft__future_refs(const weft_future *f);
 

@@ -114,6 +114,16 @@ void weft__loop_wake(weft_loop *loop) {
   /* EAGAIN: the counter (or the pipe) is full, so the loop wakes anyway. */
 }
 
+void weft__loop_nudge(weft_loop *loop) {
+  /* The loop's own thread looks at its lists before it next blocks. */
+  if (weft__loop_running == loop)
+    return;
+  /* (Sequentially consistent, as the caller's push and ts_arm's clear
+   * and look: either the loop sees the push, or this sees the clear.) */
+  if (!__atomic_exchange_n(&loop->ts_signalled, 1, __ATOMIC_SEQ_CST))
+    weft__loop_wake(loop);
+}
+
 void weft__wake_fd_drain(weft_loop *loop) {
   uint64_t buf[8];
   while (read(loop->wake_fd, buf, sizeof buf) > 0)
@@ -144,7 +154,8 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
    * released the callback may run, and the loop be freed, at any moment.
    * The loop's own thread needs no wake-up: it looks at the queue before
    * it next blocks. */
-  if (!loop->ts_signalled && !on_loop_thread(loop)) {
+  if (!__atomic_load_n(&loop->ts_signalled, __ATOMIC_RELAXED) &&
+      !on_loop_thread(loop)) {
     __atomic_store_n(&loop->ts_signalled, 1, __ATOMIC_RELAXED);
     weft__loop_wake(loop);
   }
@@ -208,8 +219,12 @@ static int64_t ts_arm(weft_loop *loop, int64_t timeout) {
   if (loop->ts_len)
     timeout = 0;
   else
-    loop->ts_signalled = 0;
+    __atomic_store_n(&loop->ts_signalled, 0, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&loop->ts_lock);
+  /* A finished job pushed before the clear found the flag set and wrote
+   * nothing (weft__loop_nudge): look at the list once more. */
+  if (timeout != 0 && __atomic_load_n(&loop->jobs_done, __ATOMIC_SEQ_CST))
+    timeout = 0;
   return timeout;
 }
 
