@@ -50,6 +50,7 @@ typedef struct job {
   weft_loop *home;           /* the caller's loop, where the job comes back */
   weft_task *remote;         /* fn's task there while it runs (to's thread) */
   struct job *rnext, *rprev; /* in the pool's list of calls out */
+  struct job *anext;         /* in the other loop's answers to send */
   int state;                 /* atomic: CALL_* */
   int err;                   /* why fn never ran (-ENOMEM, -ECANCELED), or 0 */
 } job;
@@ -82,6 +83,9 @@ typedef struct pool {
    * touch of this loop's memory); weft_loop_free waits for the last. */
   job *calls;
   size_t calls_out; /* atomic */
+  /* Calls from other loops whose fn has returned here in this turn, sent
+   * back together at the next (answers_send), oldest first. */
+  job *answers, *answers_tail;
 } pool;
 
 /* Job records kept per loop for reuse; beyond this many they are freed. */
@@ -115,13 +119,17 @@ static pool *pool_get(weft_loop *loop) {
 /* A finished job goes onto the loop's list; the push that finds it empty
  * wakes the loop (unless it was woken since it last blocked), which takes
  * the whole list at its next turn. */
-static void push_done(weft_loop *loop, job *j) {
+static int push_quiet(weft_loop *loop, job *j) {
   job *old = __atomic_load_n((job **)&loop->jobs_done, __ATOMIC_RELAXED);
   do
     j->next = old;
   while (!__atomic_compare_exchange_n((job **)&loop->jobs_done, &old, j, 1,
                                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-  if (!old)
+  return !old;
+}
+
+static void push_done(weft_loop *loop, job *j) {
+  if (push_quiet(loop, j))
     weft__loop_nudge(loop);
 }
 
@@ -327,6 +335,50 @@ static void call_back_late(job *j) {
   weft_loop_unref(to);
 }
 
+/* Sends back the calls whose fn returned in the last turn: all of a
+ * caller's loop's are on its list before it is woken, once. Each sent as
+ * its fn returned, the first woke the caller's loop, which, where the two
+ * share a CPU, took it at once for that one answer: they took turns at
+ * nearly every call, at three times the CPU per call. */
+static void answers_send(void *arg) {
+  pool *p = arg;
+  job *j = p->answers;
+  p->answers = p->answers_tail = NULL;
+  while (j) {
+    weft_loop *home = j->home;
+    size_t n = 0;
+    int wake = 0;
+    while (j && j->home == home) { /* a run of one caller's loop's */
+      job *next = j->anext;
+      wake |= push_quiet(home, j);
+      n++;
+      j = next;
+    }
+    if (wake)
+      weft__loop_nudge(home);
+    __atomic_sub_fetch(&((pool *)home->executor)->calls_out, n,
+                       __ATOMIC_RELEASE); /* the last touch of home */
+  }
+}
+
+/* A call whose fn returned goes back with the others of this turn, at the
+ * next; if no callback can be queued for that, at once. */
+static void answer(job *j) {
+  pool *p = pool_get(j->to);
+  if (p && !p->answers && weft_call_soon(answers_send, p) != 0)
+    p = NULL;
+  if (!p) {
+    call_back(j);
+    return;
+  }
+  j->anext = NULL;
+  if (p->answers_tail)
+    p->answers_tail->anext = j;
+  else
+    p->answers = j;
+  p->answers_tail = j;
+}
+
 /* fn has returned on the other loop, or will never run: the call goes
  * back, unless a cancellation was sent that has not yet arrived, which
  * then sends it back: it needs j, and the other loop, until it has run,
@@ -335,7 +387,7 @@ static void call_back_late(job *j) {
 static void call_end(job *j) {
   int old = __atomic_fetch_or(&j->state, CALL_ENDED, __ATOMIC_ACQ_REL);
   if (!(old & CALL_CANCEL_SENT) || (old & CALL_CANCEL_RUN))
-    call_back(j);
+    answer(j);
   else
     weft_loop_ref(j->to);
 }
@@ -453,6 +505,7 @@ static void executor_free(weft_loop *loop) {
   pool *p = loop->executor;
   if (!p)
     return;
+  answers_send(p); /* (their callback is dropped with the loop) */
   calls_wait(p);
   pthread_mutex_lock(&p->lock);
   p->stopping = 1;

@@ -17,6 +17,7 @@
  *    task and from outside one;
  *  - 2,000 calls racing deadlines: every result returned or released once;
  *  - fn's task is one of the other loop's: its deadlock rule cancels it;
+ *  - fn stops its loop, which is then freed: the answer comes back;
  *  - weft_loop_free of a loop with calls out (to another loop, and to
  *    itself): they are cancelled and waited for, nothing leaks (ASan,
  *    valgrind).
@@ -513,6 +514,45 @@ static void test_deadlock_rule(void) {
   CHECK_EQ(I(released_value), -ECANCELED);
 }
 
+/* ---- the other loop stopped and freed as fn returns --------------------- */
+/* Answers go back at the other loop's next turn, all together; fn stops
+ * its loop, whose thread then frees it: the answer still comes back (the
+ * loop's free sends what it holds). */
+static void *stopping_main(void *arg) {
+  other *o = arg;
+  o->loop = weft_loop_new(NULL);
+  CHECK(o->loop != NULL);
+  weft_loop_ref(o->loop); /* (never dropped: the stop ends the run) */
+  sem_post(&o->ready);
+  CHECK_EQ(weft_loop_run(o->loop), 1);
+  weft_loop_free(o->loop);
+  return NULL;
+}
+
+static void *stop_and_answer(void *arg) {
+  weft_loop_stop(weft_loop_current());
+  return arg;
+}
+
+static int stopped_main(void *arg) {
+  other *o = arg;
+  void *res = NULL;
+  CHECK_EQ(weft_run_in_loop(o->loop, stop_and_answer, P(77), &res), 0);
+  CHECK_EQ(I(res), 77);
+  return 0;
+}
+
+static void test_stopped(void) {
+  begin("the other loop stopped and freed as fn returns");
+  other t;
+  sem_init(&t.ready, 0, 0);
+  CHECK_EQ(pthread_create(&t.thread, NULL, stopping_main, &t), 0);
+  sem_wait(&t.ready);
+  CHECK_EQ(weft_main(stopped_main, &t), 0);
+  CHECK_EQ(pthread_join(t.thread, NULL), 0);
+  sem_destroy(&t.ready);
+}
+
 /* ---- weft_loop_free with calls out ------------------------------------ */
 static void stop_cb(void *arg) { weft_loop_stop(arg); }
 
@@ -562,6 +602,7 @@ int main(void) {
   test_gather();
   test_race();
   test_deadlock_rule();
+  test_stopped();
   test_free();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_run_in_loop: ok\n");
