@@ -606,14 +606,11 @@ int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result) {
   return weft_run_in_thread_with(fn, arg, result, NULL);
 }
 
-weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
-                              const weft_submit_opts *opts) {
-  weft_loop *loop =
-      weft__loop_running ? weft__loop_running : weft_loop_current();
-  if (!loop || !fn) {
-    errno = EINVAL;
-    return NULL;
-  }
+/* A job of `loop` whose result goes to a future: on the pool, or, with
+ * `to`, a call into that loop. */
+static weft_future *submit_future(weft_loop *loop, weft_loop *to,
+                                  void *(*fn)(void *), void *arg,
+                                  const weft_submit_opts *opts) {
   weft_future *f = weft_future_new();
   if (!f)
     return NULL;
@@ -624,7 +621,7 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
     return NULL;
   }
   j->future = weft_future_ref(f);
-  int rc = job_submit(loop, j);
+  int rc = to ? call_send(loop, to, j) : job_submit(loop, j);
   if (rc < 0) {
     weft_future_release(f);
     weft_future_release(f);
@@ -632,6 +629,17 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
     return NULL;
   }
   return f;
+}
+
+weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
+                              const weft_submit_opts *opts) {
+  weft_loop *loop =
+      weft__loop_running ? weft__loop_running : weft_loop_current();
+  if (!loop || !fn) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return submit_future(loop, NULL, fn, arg, opts);
 }
 
 weft_future *weft_submit(void *(*fn)(void *), void *arg) {
@@ -696,24 +704,7 @@ weft_future *weft_submit_to_loop_with(weft_loop *loop, void *(*fn)(void *),
     errno = EDEADLK;
     return NULL;
   }
-  weft_future *f = weft_future_new();
-  if (!f)
-    return NULL;
-  job *j = job_new(home, fn, arg, opts);
-  if (!j) {
-    weft_future_release(f);
-    errno = ENOMEM;
-    return NULL;
-  }
-  j->future = weft_future_ref(f);
-  int rc = call_send(home, loop, j);
-  if (rc < 0) {
-    weft_future_release(f);
-    weft_future_release(f);
-    errno = -rc;
-    return NULL;
-  }
-  return f;
+  return submit_future(home, loop, fn, arg, opts);
 }
 
 weft_future *weft_submit_to_loop(weft_loop *loop, void *(*fn)(void *),

@@ -42,41 +42,62 @@ static void begin(const char *name) {
 }
 
 /* ---- another thread running a loop ------------------------------------ */
-/* It holds a reference of its own until other_stop, so it keeps running
- * with nothing to do. `block`, when set, is a POSIX semaphore the loop's
- * first callback waits on: the thread is busy, as a loop in a long
- * callback is. */
+/* KEPT: it holds a reference of its own until other_stop, so it keeps
+ * running with nothing to do. NAP: none; a task sleeping 200 ms keeps it
+ * that long, and then only what it is given. STOPPED: a reference never
+ * dropped; a weft_loop_stop ends the run. `block`, when set, is a POSIX
+ * semaphore the loop's first callback waits on: the thread is busy, as a
+ * loop in a long callback is. The thread frees the loop when the run
+ * ends. */
+enum { KEPT, NAP, STOPPED };
+
 typedef struct other {
   pthread_t thread;
   weft_loop *loop;
   sem_t ready;
   sem_t *block;
+  int mode;
 } other;
 
 static void block_cb(void *arg) { sem_wait(arg); }
+
+static void *nap(void *arg) {
+  (void)arg;
+  weft_sleep(200 * 1000000);
+  return NULL;
+}
 
 static void *other_main(void *arg) {
   other *o = arg;
   o->loop = weft_loop_new(NULL);
   CHECK(o->loop != NULL);
-  weft_loop_ref(o->loop);
+  if (o->mode == NAP)
+    CHECK_EQ(weft_go(nap, NULL), 0);
+  else
+    weft_loop_ref(o->loop);
   if (o->block)
     CHECK_EQ(weft_call_soon_threadsafe(o->loop, block_cb, o->block), 0);
   sem_post(&o->ready);
-  CHECK_EQ(weft_loop_run(o->loop), 0);
+  CHECK_EQ(weft_loop_run(o->loop), o->mode == STOPPED);
   weft_loop_free(o->loop);
   return NULL;
 }
 
-static void other_start(other *o, sem_t *block) {
+static void other_start_mode(other *o, sem_t *block, int mode) {
   o->block = block;
+  o->mode = mode;
   sem_init(&o->ready, 0, 0);
   CHECK_EQ(pthread_create(&o->thread, NULL, other_main, o), 0);
   sem_wait(&o->ready);
 }
 
+static void other_start(other *o, sem_t *block) {
+  other_start_mode(o, block, KEPT);
+}
+
 static void other_stop(other *o) {
-  weft_loop_unref(o->loop);
+  if (o->mode == KEPT)
+    weft_loop_unref(o->loop);
   CHECK_EQ(pthread_join(o->thread, NULL), 0);
   sem_destroy(&o->ready);
 }
@@ -455,23 +476,6 @@ static void test_race(void) {
 /* A loop with no reference of its own, kept for 200 ms by a sleeping
  * task: fn's task, waiting there for a future nobody completes, is then
  * all it has, and its deadlock rule cancels it; the call comes back. */
-static void *nap(void *arg) {
-  (void)arg;
-  weft_sleep(200 * 1000000);
-  return NULL;
-}
-
-static void *transient_main(void *arg) {
-  other *o = arg;
-  o->loop = weft_loop_new(NULL);
-  CHECK(o->loop != NULL);
-  CHECK_EQ(weft_go(nap, NULL), 0);
-  sem_post(&o->ready);
-  CHECK_EQ(weft_loop_run(o->loop), 0);
-  weft_loop_free(o->loop);
-  return NULL;
-}
-
 static void *wait_forever(void *arg) {
   (void)arg;
   weft_future *f = weft_future_new();
@@ -503,12 +507,9 @@ static int own_deadlock_main(void *arg) {
 static void test_deadlock_rule(void) {
   begin("the deadlock rule reaches fn's task, on another loop and its own");
   other t;
-  sem_init(&t.ready, 0, 0);
-  CHECK_EQ(pthread_create(&t.thread, NULL, transient_main, &t), 0);
-  sem_wait(&t.ready);
+  other_start_mode(&t, NULL, NAP);
   CHECK_EQ(weft_main(deadlock_main, &t), 0);
-  CHECK_EQ(pthread_join(t.thread, NULL), 0);
-  sem_destroy(&t.ready);
+  other_stop(&t);
   CHECK_EQ(weft_main(own_deadlock_main, NULL), 0);
   CHECK_EQ(released, 1);
   CHECK_EQ(I(released_value), -ECANCELED);
@@ -518,17 +519,6 @@ static void test_deadlock_rule(void) {
 /* Answers go back at the other loop's next turn, all together; fn stops
  * its loop, whose thread then frees it: the answer still comes back (the
  * loop's free sends what it holds). */
-static void *stopping_main(void *arg) {
-  other *o = arg;
-  o->loop = weft_loop_new(NULL);
-  CHECK(o->loop != NULL);
-  weft_loop_ref(o->loop); /* (never dropped: the stop ends the run) */
-  sem_post(&o->ready);
-  CHECK_EQ(weft_loop_run(o->loop), 1);
-  weft_loop_free(o->loop);
-  return NULL;
-}
-
 static void *stop_and_answer(void *arg) {
   weft_loop_stop(weft_loop_current());
   return arg;
@@ -545,12 +535,9 @@ static int stopped_main(void *arg) {
 static void test_stopped(void) {
   begin("the other loop stopped and freed as fn returns");
   other t;
-  sem_init(&t.ready, 0, 0);
-  CHECK_EQ(pthread_create(&t.thread, NULL, stopping_main, &t), 0);
-  sem_wait(&t.ready);
+  other_start_mode(&t, NULL, STOPPED);
   CHECK_EQ(weft_main(stopped_main, &t), 0);
-  CHECK_EQ(pthread_join(t.thread, NULL), 0);
-  sem_destroy(&t.ready);
+  other_stop(&t);
 }
 
 /* ---- weft_loop_free with calls out ------------------------------------ */
