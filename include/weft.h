@@ -1255,10 +1255,11 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
  *
  * `loop` must be running, or be run later, and must not be freed while
  * calls to it are out (as for weft_call_soon_threadsafe: a loop that others
- * call holds a weft_loop_ref of its own); a loop freed with calls in it
- * loses them, and their callers wait for ever. The call keeps it running
- * while it is there (a callback queued, then fn's task); fn's task is one
- * of its tasks, to which its deadlock rule applies. The caller's loop
+ * call holds a weft_loop_ref of its own); a loop stopped and freed with
+ * calls in it sends back those whose fn has returned (fn may stop its
+ * loop), and loses the others: their callers wait for ever. The call keeps it
+ * running while it is there (a callback queued, then fn's task); fn's task is
+ * one of its tasks, to which its deadlock rule applies. The caller's loop
  * counts the call as a job (weft_loop_run waits for it,
  * weft_executor_pending counts it), and weft_loop_free cancels the calls
  * it has out and waits for them: two loops stopped and freed with calls

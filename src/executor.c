@@ -86,6 +86,10 @@ typedef struct pool {
   /* Calls from other loops whose fn has returned here in this turn, sent
    * back together at the next (answers_send), oldest first. */
   job *answers, *answers_tail;
+  /* Calls from other loops whose fn ended here with a cancellation on its
+   * way (call_end), not yet sent back (atomic): weft_loop_free runs those
+   * cancellations, which it would otherwise drop with its callbacks. */
+  size_t left;
 } pool;
 
 /* Job records kept per loop for reuse; beyond this many they are freed. */
@@ -331,8 +335,11 @@ static void call_back(job *j) {
  * loop's reference, taken then, is dropped. */
 static void call_back_late(job *j) {
   weft_loop *to = j->to;
+  pool *p = to->executor; /* (call_start made it) */
   call_back(j);
   weft_loop_unref(to);
+  /* The last touch of `to`, whose weft_loop_free waits for the count. */
+  __atomic_sub_fetch(&p->left, 1, __ATOMIC_RELEASE);
 }
 
 /* Sends back the calls whose fn returned in the last turn: all of a
@@ -386,10 +393,12 @@ static void answer(job *j) {
  * be queued yet). */
 static void call_end(job *j) {
   int old = __atomic_fetch_or(&j->state, CALL_ENDED, __ATOMIC_ACQ_REL);
-  if (!(old & CALL_CANCEL_SENT) || (old & CALL_CANCEL_RUN))
+  if (!(old & CALL_CANCEL_SENT) || (old & CALL_CANCEL_RUN)) {
     answer(j);
-  else
-    weft_loop_ref(j->to);
+    return;
+  }
+  __atomic_add_fetch(&((pool *)j->to->executor)->left, 1, __ATOMIC_RELAXED);
+  weft_loop_ref(j->to);
 }
 
 static void *call_task(void *arg) {
@@ -406,7 +415,8 @@ static void *call_task(void *arg) {
  * the same thread, arrives after it.) */
 static void call_start(void *arg) {
   job *j = arg;
-  weft_task *t = weft_spawn(call_task, j);
+  /* (The pool first: call_end counts there.) */
+  weft_task *t = pool_get(j->to) ? weft_spawn(call_task, j) : NULL;
   if (!t) {
     j->err = -ENOMEM;
     call_end(j);
@@ -498,6 +508,32 @@ static void calls_wait(pool *p) {
     nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
 
+/* weft_loop_free: a cancellation still queued here, of a call whose fn
+ * ended and left the rest to it, sends the call back (the other queued
+ * callbacks are dropped with the loop, as are the calls whose fn never
+ * ended here: weft.h). */
+static void cancel_at_free(const weft__callback *c) {
+  if (c->cb != call_cancel_run)
+    return;
+  job *j = c->arg;
+  int old = __atomic_fetch_or(&j->state, CALL_CANCEL_RUN, __ATOMIC_ACQ_REL);
+  if (old & CALL_ENDED)
+    call_back_late(j);
+}
+
+/* weft_loop_free: the calls from other loops left to cancellations are
+ * sent back; a cancellation whose sender has marked it sent and not yet
+ * queued it is waited for (polled: rare, and the sender is in the middle
+ * of weft_call_soon_threadsafe). */
+static void cancels_run(weft_loop *loop, pool *p) {
+  for (;;) {
+    weft__threadsafe_drain(loop, cancel_at_free);
+    if (!__atomic_load_n(&p->left, __ATOMIC_ACQUIRE))
+      return;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+}
+
 /* weft_loop_free (the loop's pool_free hook): let the workers finish what
  * was queued, join them, and release the results nobody will take now (no
  * task runs again). */
@@ -506,6 +542,7 @@ static void executor_free(weft_loop *loop) {
   if (!p)
     return;
   answers_send(p); /* (their callback is dropped with the loop) */
+  cancels_run(loop, p);
   calls_wait(p);
   pthread_mutex_lock(&p->lock);
   p->stopping = 1;

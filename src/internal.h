@@ -509,6 +509,12 @@ void weft__call_soon_first(weft_loop *loop, void (*cb)(void *), void *arg);
 /* Runs the callbacks other threads queued (loop.c). */
 void weft__threadsafe_run(weft_loop *loop);
 
+/* For weft_loop_free's hooks: hands each callback other threads queued
+ * that has not run (a batch a stop cut short, then the queue) to visit,
+ * and forgets it; none runs (loop.c). */
+void weft__threadsafe_drain(weft_loop *loop,
+                            void (*visit)(const weft__callback *c));
+
 /* Wakes the loop if it waits in its backend: from any thread (loop.c). */
 void weft__loop_wake(weft_loop *loop);
 

@@ -207,6 +207,30 @@ void weft__threadsafe_run(weft_loop *loop) {
     __atomic_store_n(&loop->ts_pending, 1, __ATOMIC_RELAXED);
 }
 
+void weft__threadsafe_drain(weft_loop *loop,
+                            void (*visit)(const weft__callback *c)) {
+  /* A batch a stop cut short first, then the queue, taken whole as a turn
+   * takes it (visit may take the lock: weft_loop_unref). */
+  for (;;) {
+    while (loop->ts_run_pos < loop->ts_run_len)
+      visit(&loop->ts_run[loop->ts_run_pos++]);
+    pthread_mutex_lock(&loop->ts_lock);
+    weft__callback *run = loop->ts_q;
+    size_t n = loop->ts_len, cap = loop->ts_cap;
+    loop->ts_q = loop->ts_run;
+    loop->ts_cap = loop->ts_run_cap;
+    loop->ts_len = 0;
+    loop->ts_run = run;
+    loop->ts_run_cap = cap;
+    loop->ts_run_pos = 0;
+    loop->ts_run_len = n;
+    __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&loop->ts_lock);
+    if (n == 0)
+      return;
+  }
+}
+
 /* The loop is about to block for `timeout`: from now on a sender must
  * write the eventfd. Returns 0 if something was queued meanwhile (do not
  * block), else timeout. */

@@ -17,7 +17,8 @@
  *    task and from outside one;
  *  - 2,000 calls racing deadlines: every result returned or released once;
  *  - fn's task is one of the other loop's: its deadlock rule cancels it;
- *  - fn stops its loop, which is then freed: the answer comes back;
+ *  - fn stops its loop, which is then freed: the answer comes back, also
+ *    when the caller gave up and its cancellation has not yet run there;
  *  - weft_loop_free of a loop with calls out (to another loop, and to
  *    itself): they are cancelled and waited for, nothing leaks (ASan,
  *    valgrind).
@@ -540,6 +541,46 @@ static void test_stopped(void) {
   other_stop(&t);
 }
 
+/* The same with the caller gone: fn holds its loop's thread while the
+ * caller's deadline passes (its cancellation is queued there, behind fn),
+ * then stops the loop and returns. The call was left to the cancellation,
+ * which the stop leaves queued and the loop's free would drop with its
+ * callbacks: the free runs it, and the call comes back (the caller's loop
+ * waited for it for ever: the second run_in_loop review's probe). */
+static sem_t gone;
+
+static void *stop_after_gone(void *arg) {
+  sem_wait(&gone);
+  weft_loop_stop(weft_loop_current());
+  return arg;
+}
+
+static int stopped_gone_main(void *arg) {
+  other *o = arg;
+  void *res = NULL;
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + 20 * 1000000);
+  int rc =
+      weft_run_in_loop_with(o->loop, stop_after_gone, P(78), &res, &rel_int);
+  weft_scope_exit(&sc);
+  CHECK_EQ(rc, -ETIMEDOUT);
+  sem_post(&gone); /* the cancellation was sent before rc came back */
+  return 0;
+}
+
+static void test_stopped_gone(void) {
+  begin("the other loop stopped and freed as fn returns, the caller gone");
+  other t;
+  sem_init(&gone, 0, 0);
+  released = 0;
+  other_start_mode(&t, NULL, STOPPED);
+  CHECK_EQ(weft_main(stopped_gone_main, &t), 0);
+  other_stop(&t);
+  CHECK_EQ(released, 1);
+  CHECK_EQ(I(released_value), 78);
+  sem_destroy(&gone);
+}
+
 /* ---- weft_loop_free with calls out ------------------------------------ */
 static void stop_cb(void *arg) { weft_loop_stop(arg); }
 
@@ -590,6 +631,7 @@ int main(void) {
   test_race();
   test_deadlock_rule();
   test_stopped();
+  test_stopped_gone();
   test_free();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_run_in_loop: ok\n");
