@@ -2650,19 +2650,24 @@ static void test_signal_dropped(void) {
  * it: SIGPIPE unblocked, and the one its write to a pipe without a reader
  * raised taken back (it used to stay blocked and pending after the second
  * run too, for the program's next unblock to die of). */
+static int sigpipe_waiting;
+
 static void *sigpipe_wait_short(void *arg) {
   (void)arg;
   sigset_t pipe_set;
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
+  sigpipe_waiting = 1; /* (no switch before the wait parks) */
   CHECK_EQ(weft_signal_wait(&pipe_set, NULL), -ECANCELED);
   return NULL;
 }
 
-/* Cancels the waiter once it waits (it ran first: FIFO). A 2 ms deadline
- * did this before, and under valgrind it could pass before the wait began,
- * which then blocked nothing. */
+/* Cancels the waiter once it waits, in whichever order WEFT_SEED runs the
+ * two. A 2 ms deadline did this before, and under valgrind it could pass
+ * before the wait began, which then blocked nothing. */
 static void *cancel_waiter(void *arg) {
+  while (!sigpipe_waiting)
+    CHECK_EQ(weft_yield(), 0);
   CHECK_EQ(weft_cancel(arg), 0);
   return NULL;
 }
@@ -2681,6 +2686,7 @@ static void test_signal_kept_per_run(void) {
   begin("signal kept per run");
   weft_loop *loop = weft_loop_new(NULL);
   CHECK(loop);
+  sigpipe_waiting = 0;
   weft_task *waiter = weft_spawn(sigpipe_wait_short, NULL);
   CHECK(waiter);
   CHECK_EQ(weft_go(cancel_waiter, waiter), 0);
