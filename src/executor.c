@@ -51,6 +51,8 @@ typedef struct job {
   weft_task *remote;         /* fn's task there while it runs (to's thread) */
   struct job *rnext, *rprev; /* in the pool's list of calls out */
   struct job *anext;         /* in the other loop's answers to send */
+  struct pool *left_in;      /* the other loop's pool, where call_end counted
+                              * it as left to its cancellation, or NULL */
   int state;                 /* atomic: CALL_* */
   int err;                   /* why fn never ran (-ENOMEM, -ECANCELED), or 0 */
 } job;
@@ -335,11 +337,12 @@ static void call_back(job *j) {
  * loop's reference, taken then, is dropped. */
 static void call_back_late(job *j) {
   weft_loop *to = j->to;
-  pool *p = to->executor; /* (call_start made it) */
+  pool *p = j->left_in;
   call_back(j);
   weft_loop_unref(to);
   /* The last touch of `to`, whose weft_loop_free waits for the count. */
-  __atomic_sub_fetch(&p->left, 1, __ATOMIC_RELEASE);
+  if (p)
+    __atomic_sub_fetch(&p->left, 1, __ATOMIC_RELEASE);
 }
 
 /* Sends back the calls whose fn returned in the last turn: all of a
@@ -392,12 +395,16 @@ static void answer(job *j) {
  * so the loop is kept (its task is ending, and the cancellation may not
  * be queued yet). */
 static void call_end(job *j) {
+  /* (NULL only if call_start found no memory for it; set before the
+   * fetch_or that hands j to whichever thread sends it back.) */
+  pool *p = j->left_in = j->to->executor;
   int old = __atomic_fetch_or(&j->state, CALL_ENDED, __ATOMIC_ACQ_REL);
   if (!(old & CALL_CANCEL_SENT) || (old & CALL_CANCEL_RUN)) {
     answer(j);
     return;
   }
-  __atomic_add_fetch(&((pool *)j->to->executor)->left, 1, __ATOMIC_RELAXED);
+  if (p)
+    __atomic_add_fetch(&p->left, 1, __ATOMIC_RELAXED);
   weft_loop_ref(j->to);
 }
 
