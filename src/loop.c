@@ -163,6 +163,24 @@ int weft_call_soon_threadsafe(weft_loop *loop, void (*cb)(void *), void *arg) {
   return 0;
 }
 
+/* Takes the queue whole, swapping it for the emptied array of the last
+ * batch, and unlocks: the callbacks queued are ts_run's from 0 to the
+ * returned count. Called with ts_lock held (the last batch run out). */
+static size_t ts_take(weft_loop *loop) {
+  weft__callback *run = loop->ts_q;
+  size_t n = loop->ts_len, cap = loop->ts_cap;
+  loop->ts_q = loop->ts_run;
+  loop->ts_cap = loop->ts_run_cap;
+  loop->ts_len = 0;
+  loop->ts_run = run;
+  loop->ts_run_cap = cap;
+  loop->ts_run_pos = 0;
+  loop->ts_run_len = n;
+  __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&loop->ts_lock);
+  return n;
+}
+
 void weft__threadsafe_run(weft_loop *loop) {
   /* A batch cut short by weft_loop_stop is finished first. */
   if (loop->ts_run_pos == loop->ts_run_len) {
@@ -183,20 +201,10 @@ void weft__threadsafe_run(weft_loop *loop) {
         pthread_mutex_lock(&loop->ts_lock);
     }
     loop->ts_missed = 0;
-    weft__callback *run = loop->ts_q;
-    size_t n = loop->ts_len, cap = loop->ts_cap;
-    loop->ts_q = loop->ts_run;
-    loop->ts_cap = loop->ts_run_cap;
-    loop->ts_len = 0;
-    loop->ts_run = run;
-    loop->ts_run_cap = cap;
-    loop->ts_run_pos = 0;
-    loop->ts_run_len = n;
     /* ts_signalled stays: while the loop is busy, senders need not write
      * the eventfd (each write would wake and preempt it for a tiny
      * batch); ts_arm clears it just before the loop blocks. */
-    __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&loop->ts_lock);
+    ts_take(loop);
   }
   while (loop->ts_run_pos < loop->ts_run_len && !loop->stop) {
     weft__callback c = loop->ts_run[loop->ts_run_pos++];
@@ -215,18 +223,7 @@ void weft__threadsafe_drain(weft_loop *loop,
     while (loop->ts_run_pos < loop->ts_run_len)
       visit(&loop->ts_run[loop->ts_run_pos++]);
     pthread_mutex_lock(&loop->ts_lock);
-    weft__callback *run = loop->ts_q;
-    size_t n = loop->ts_len, cap = loop->ts_cap;
-    loop->ts_q = loop->ts_run;
-    loop->ts_cap = loop->ts_run_cap;
-    loop->ts_len = 0;
-    loop->ts_run = run;
-    loop->ts_run_cap = cap;
-    loop->ts_run_pos = 0;
-    loop->ts_run_len = n;
-    __atomic_store_n(&loop->ts_pending, 0, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&loop->ts_lock);
-    if (n == 0)
+    if (ts_take(loop) == 0)
       return;
   }
 }
