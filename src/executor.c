@@ -51,10 +51,11 @@ typedef struct job {
   weft_task *remote;         /* fn's task there while it runs (to's thread) */
   struct job *rnext, *rprev; /* in the pool's list of calls out */
   struct job *anext;         /* in the other loop's answers to send */
+  struct job *inext, *iprev; /* in the other loop's calls whose fn runs */
   struct pool *left_in;      /* the other loop's pool, where call_end counted
                               * it as left to its cancellation, or NULL */
   int state;                 /* atomic: CALL_* */
-  int err;                   /* why fn never ran (-ENOMEM, -ECANCELED), or 0 */
+  int err; /* why there is no result (-ENOMEM, -ECANCELED, -ESHUTDOWN), or 0 */
 } job;
 
 /* A call's state, set by the two loops' threads. */
@@ -88,6 +89,10 @@ typedef struct pool {
   /* Calls from other loops whose fn has returned here in this turn, sent
    * back together at the next (answers_send), oldest first. */
   job *answers, *answers_tail;
+  /* Calls from other loops whose fn's task runs here (loop thread): a
+   * loop freed with them sends them back without a result. */
+  job *incoming;
+  int freeing; /* weft_loop_free: answers go back at once */
   /* Calls from other loops whose fn ended here with a cancellation on its
    * way (call_end), not yet sent back (atomic): weft_loop_free runs those
    * cancellations, which it would otherwise drop with its callbacks. */
@@ -375,7 +380,8 @@ static void answers_send(void *arg) {
  * next; if no callback can be queued for that, at once. */
 static void answer(job *j) {
   pool *p = pool_get(j->to);
-  if (p && !p->answers && weft_call_soon(answers_send, p) != 0)
+  if (p &&
+      (p->freeing || (!p->answers && weft_call_soon(answers_send, p) != 0)))
     p = NULL;
   if (!p) {
     call_back(j);
@@ -408,10 +414,22 @@ static void call_end(job *j) {
   weft_loop_ref(j->to);
 }
 
+/* fn's task is no longer the loop's to drop: off its list of incoming
+ * calls. */
+static void call_in_remove(job *j) {
+  if (j->iprev)
+    j->iprev->inext = j->inext;
+  else
+    ((pool *)j->to->executor)->incoming = j->inext;
+  if (j->inext)
+    j->inext->iprev = j->iprev;
+  j->remote = NULL;
+}
+
 static void *call_task(void *arg) {
   job *j = arg;
   j->result = j->fn(j->arg);
-  j->remote = NULL;
+  call_in_remove(j);
   call_end(j);
   return NULL;
 }
@@ -431,6 +449,12 @@ static void call_start(void *arg) {
   }
   weft_detach(t);
   j->remote = t;
+  pool *p = j->to->executor;
+  j->iprev = NULL;
+  j->inext = p->incoming;
+  if (j->inext)
+    j->inext->iprev = j;
+  p->incoming = j;
   if (__atomic_load_n(&j->state, __ATOMIC_ACQUIRE) & CALL_CANCEL_SENT)
     weft_cancel(t);
 }
@@ -491,50 +515,56 @@ static int call_send(weft_loop *home, weft_loop *to, job *j) {
   return 0;
 }
 
-/* weft_loop_free: the calls still out are cancelled, and waited for (they
- * come back to this loop's memory). A call into the loop itself will never
- * run further: its task and its callbacks are dropped with the loop. */
-static void calls_wait(pool *p) {
-  for (job *j = p->calls; j; j = j->rnext) {
-    if (j->to != p->loop) {
-      call_cancel(j);
-      continue;
-    }
-    int s = j->state;
-    if (!(s & CALL_ENDED)) {
-      j->state = s | CALL_ENDED;
-      j->err = -ECANCELED; /* no result */
-      call_back(j);
-    } else if ((s & CALL_CANCEL_SENT) && !(s & CALL_CANCEL_RUN)) {
-      call_back_late(j); /* left to a cancellation that will not run */
-    }
+/* weft_loop_free: the calls from other loops whose fn's task is here go
+ * back without a result: the task is dropped with the loop. */
+static void calls_in_drop(pool *p) {
+  while (p->incoming) {
+    job *j = p->incoming;
+    call_in_remove(j);
+    j->err = -ESHUTDOWN;
+    call_end(j);
   }
+}
+
+/* weft_loop_free: the calls still out are cancelled, and waited for (they
+ * come back to this loop's memory). Those into the loop itself have come
+ * back already (calls_in_drop, cancels_run): they are ended, and
+ * call_cancel leaves them. */
+static void calls_wait(pool *p) {
+  for (job *j = p->calls; j; j = j->rnext)
+    call_cancel(j);
   /* Polled: a loop freed with calls out is rare, and the other loops then
    * need no lock and no condition to signal on every call. */
   while (__atomic_load_n(&p->calls_out, __ATOMIC_ACQUIRE))
     nanosleep(&(struct timespec){0, 1000000}, NULL);
 }
 
-/* weft_loop_free: a cancellation still queued here, of a call whose fn
- * ended and left the rest to it, sends the call back (the other queued
- * callbacks are dropped with the loop, as are the calls whose fn never
- * ended here: weft.h). */
-static void cancel_at_free(const weft__callback *c) {
-  if (c->cb != call_cancel_run)
-    return;
+/* weft_loop_free, for each callback still queued from other threads: a
+ * call whose fn never started goes back without a result; a cancellation
+ * of a call whose fn ended and left the rest to it sends the call back.
+ * The other callbacks are dropped with the loop. */
+static void call_at_free(const weft__callback *c) {
   job *j = c->arg;
-  int old = __atomic_fetch_or(&j->state, CALL_CANCEL_RUN, __ATOMIC_ACQ_REL);
-  if (old & CALL_ENDED)
-    call_back_late(j);
+  if (c->cb == call_start) {
+    j->err = -ESHUTDOWN;
+    call_end(j);
+  } else if (c->cb == call_cancel_run) {
+    /* (Its call has ended: calls_in_drop ended those whose fn had started,
+     * and a call's start is queued before its cancellation.) */
+    int old = __atomic_fetch_or(&j->state, CALL_CANCEL_RUN, __ATOMIC_ACQ_REL);
+    if (old & CALL_ENDED)
+      call_back_late(j);
+  }
 }
 
-/* weft_loop_free: the calls from other loops left to cancellations are
- * sent back; a cancellation whose sender has marked it sent and not yet
- * queued it is waited for (polled: rare, and the sender is in the middle
- * of weft_call_soon_threadsafe). */
-static void cancels_run(weft_loop *loop, pool *p) {
+/* weft_loop_free: the calls from other loops still queued are sent back,
+ * and so are those left to cancellations; a cancellation whose sender has
+ * marked it sent and not yet queued it is waited for (polled: rare, and
+ * the sender is in the middle of weft_call_soon_threadsafe). */
+static void calls_in_end(weft_loop *loop, pool *p) {
+  calls_in_drop(p);
   for (;;) {
-    weft__threadsafe_drain(loop, cancel_at_free);
+    weft__threadsafe_drain(loop, call_at_free);
     if (!__atomic_load_n(&p->left, __ATOMIC_ACQUIRE))
       return;
     nanosleep(&(struct timespec){0, 1000000}, NULL);
@@ -549,7 +579,8 @@ static void executor_free(weft_loop *loop) {
   if (!p)
     return;
   answers_send(p); /* (their callback is dropped with the loop) */
-  cancels_run(loop, p);
+  p->freeing = 1;
+  calls_in_end(loop, p);
   calls_wait(p);
   pthread_mutex_lock(&p->lock);
   p->stopping = 1;

@@ -21,7 +21,10 @@
  *    when the caller gave up and its cancellation has not yet run there;
  *  - weft_loop_free of a loop with calls out (to another loop, and to
  *    itself): they are cancelled and waited for, nothing leaks (ASan,
- *    valgrind).
+ *    valgrind);
+ *  - weft_loop_free of a loop with calls in it, fn's task waiting there or
+ *    not yet started: they come back -ESHUTDOWN, nothing released; two
+ *    loops freed at once with calls into each other both end.
  */
 #include "weft.h"
 
@@ -57,6 +60,7 @@ typedef struct other {
   weft_loop *loop;
   sem_t ready;
   sem_t *block;
+  sem_t *hold; /* when set, waited on between the run and the free */
   int mode;
 } other;
 
@@ -80,6 +84,8 @@ static void *other_main(void *arg) {
     CHECK_EQ(weft_call_soon_threadsafe(o->loop, block_cb, o->block), 0);
   sem_post(&o->ready);
   CHECK_EQ(weft_loop_run(o->loop), o->mode == STOPPED);
+  if (o->hold)
+    sem_wait(o->hold);
   weft_loop_free(o->loop);
   return NULL;
 }
@@ -507,7 +513,7 @@ static int own_deadlock_main(void *arg) {
 
 static void test_deadlock_rule(void) {
   begin("the deadlock rule reaches fn's task, on another loop and its own");
-  other t;
+  other t = {0};
   other_start_mode(&t, NULL, NAP);
   CHECK_EQ(weft_main(deadlock_main, &t), 0);
   other_stop(&t);
@@ -535,7 +541,7 @@ static int stopped_main(void *arg) {
 
 static void test_stopped(void) {
   begin("the other loop stopped and freed as fn returns");
-  other t;
+  other t = {0};
   other_start_mode(&t, NULL, STOPPED);
   CHECK_EQ(weft_main(stopped_main, &t), 0);
   other_stop(&t);
@@ -570,7 +576,7 @@ static int stopped_gone_main(void *arg) {
 
 static void test_stopped_gone(void) {
   begin("the other loop stopped and freed as fn returns, the caller gone");
-  other t;
+  other t = {0};
   sem_init(&gone, 0, 0);
   released = 0;
   other_start_mode(&t, NULL, STOPPED);
@@ -620,6 +626,126 @@ static void test_free(void) {
   other_stop(&o1);
 }
 
+/* ---- weft_loop_free with calls in it ---------------------------------- */
+/* The other loop is stopped with two fns waiting there (a caller waiting,
+ * and a future's) and a call it never started, then freed: the three come
+ * back -ESHUTDOWN, without a result to release (the callers waited for
+ * ever). */
+static int nappers; /* atomic */
+
+static void *naps_an_hour(void *arg) {
+  __atomic_add_fetch(&nappers, 1, __ATOMIC_RELEASE);
+  weft_sleep(3600 * (int64_t)1000000000);
+  return arg;
+}
+
+static void *call_napper(void *arg) {
+  other *o = arg;
+  return P(weft_run_in_loop_with(o->loop, naps_an_hour, NULL, NULL, &rel_int));
+}
+
+static int freed_main(void *arg) {
+  other *o = arg;
+  weft_task *caller = weft_spawn(call_napper, o);
+  CHECK(caller != NULL);
+  weft_future *waiting =
+      weft_submit_to_loop_with(o->loop, naps_an_hour, NULL, &rel_int);
+  CHECK(waiting != NULL);
+  while (__atomic_load_n(&nappers, __ATOMIC_ACQUIRE) < 2)
+    CHECK_EQ(weft_sleep(1000000), 0);
+  /* Callbacks from one thread run in order: the stop ends the run first. */
+  CHECK_EQ(weft_call_soon_threadsafe(o->loop, stop_cb, o->loop), 0);
+  weft_future *queued =
+      weft_submit_to_loop_with(o->loop, must_not_run, NULL, &rel_int);
+  CHECK(queued != NULL);
+  sem_post(o->hold); /* and the loop is freed */
+  void *v = P(1), *rc = P(1);
+  CHECK_EQ(weft_await(queued, &v), -ESHUTDOWN);
+  CHECK_EQ(weft_await(waiting, &v), -ESHUTDOWN);
+  CHECK_EQ(I(v), 1);
+  CHECK_EQ(weft_join(caller, &rc), 0);
+  CHECK_EQ(I(rc), -ESHUTDOWN);
+  weft_future_release(queued);
+  weft_future_release(waiting);
+  return 0;
+}
+
+static void test_freed_with_calls(void) {
+  begin("the other loop freed with calls in it");
+  other t = {0};
+  sem_t hold;
+  sem_init(&hold, 0, 0);
+  t.hold = &hold;
+  __atomic_store_n(&never_runs, 0, __ATOMIC_RELAXED);
+  released = 0;
+  other_start_mode(&t, NULL, STOPPED);
+  CHECK_EQ(weft_main(freed_main, &t), 0);
+  other_stop(&t);
+  CHECK_EQ(released, 0);
+  CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
+  sem_destroy(&hold);
+}
+
+/* Two loops, each with a task calling into the other and waiting there,
+ * stop and are freed at once: each free sends back the other's call
+ * before it waits for its own (they waited for each other for ever). */
+static weft_loop *pair[2];
+static int pair_started; /* atomic */
+static sem_t pair_made, pair_go;
+
+static void *pair_fn(void *arg) {
+  __atomic_add_fetch(&pair_started, 1, __ATOMIC_RELEASE);
+  weft_sleep(3600 * (int64_t)1000000000); /* (or cancelled by the free) */
+  return arg;
+}
+
+static void *pair_caller(void *arg) {
+  /* Dropped with its loop, or back first from the other's free. */
+  CHECK_EQ(weft_run_in_loop(arg, pair_fn, NULL, NULL), -ESHUTDOWN);
+  return NULL;
+}
+
+static void *pair_stopper(void *arg) {
+  (void)arg;
+  while (__atomic_load_n(&pair_started, __ATOMIC_ACQUIRE) < 2)
+    CHECK_EQ(weft_sleep(1000000), 0);
+  weft_loop_stop(weft_loop_current());
+  return NULL;
+}
+
+static void *pair_main(void *arg) {
+  intptr_t i = I(arg);
+  pair[i] = weft_loop_new(NULL);
+  CHECK(pair[i] != NULL);
+  weft_loop_ref(pair[i]); /* never dropped: the stop ends the run */
+  sem_post(&pair_made);
+  sem_wait(&pair_go);
+  weft_task_opts lo = {.loop = pair[i]};
+  CHECK(weft_spawn_opts(pair_caller, pair[1 - i], &lo) != NULL);
+  CHECK(weft_spawn_opts(pair_stopper, NULL, &lo) != NULL);
+  CHECK_EQ(weft_loop_run(pair[i]), 1);
+  weft_loop_free(pair[i]);
+  return NULL;
+}
+
+static void test_free_each_other(void) {
+  begin("two loops freed with calls into each other");
+  pthread_t th[2];
+  sem_init(&pair_made, 0, 0);
+  sem_init(&pair_go, 0, 0);
+  for (intptr_t i = 0; i < 2; i++)
+    CHECK_EQ(pthread_create(&th[i], NULL, pair_main, P(i)), 0);
+  sem_wait(&pair_made);
+  sem_wait(&pair_made);
+  sem_post(&pair_go);
+  sem_post(&pair_go);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_join(th[i], NULL), 0); /* (the case's alarm, if not) */
+  CHECK_EQ(pair_started, 2);
+  sem_destroy(&pair_made);
+  sem_destroy(&pair_go);
+}
+
 int main(void) {
   main_thread = pthread_self();
   int fds = check_fd_count();
@@ -633,6 +759,8 @@ int main(void) {
   test_stopped();
   test_stopped_gone();
   test_free();
+  test_freed_with_calls();
+  test_free_each_other();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_run_in_loop: ok\n");
   return 0;
