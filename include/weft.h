@@ -558,8 +558,9 @@ int weft_udp_bind(const char *host, int port);
 
 /* A listening Unix stream socket at `path` (an existing socket file there
  * is not removed: -EADDRINUSE). path is a file's path, of at most 107
- * bytes (-ENAMETOOLONG), never an abstract name: "@name" is a file named
- * so. Returns the fd or a negative errno. */
+ * bytes (-ENAMETOOLONG; NULL or "": -EINVAL), never an abstract name:
+ * "@name" is a file named so. backlog <= 0 means SOMAXCONN, as for
+ * weft_tcp_listen. Returns the fd or a negative errno. */
 int weft_unix_listen(const char *path, int backlog);
 
 /* Connects to the Unix stream socket at `path`. When the listener's
@@ -574,9 +575,10 @@ int weft_sock_port(int fd);
 
 /* Writes "('127.0.0.1', 51234)" for an IPv4 address, "('::1', 51234, 0, 0)"
  * for IPv6 (Python's repr of a socket address), or the path of a Unix socket,
- * into buf (NUL-terminated, truncated to len). Returns buf. An unnamed Unix
- * socket, and one in the abstract namespace (sun_path[0] == 0: without the
- * address's length, where its name ends is not known), give "". */
+ * into buf (NUL-terminated, truncated to len; "None" for a NULL addr).
+ * Returns buf. An unnamed Unix socket, and one in the abstract namespace
+ * (sun_path[0] == 0: without the address's length, where its name ends is
+ * not known), give "". */
 char *weft_addr_str(const struct sockaddr *addr, char *buf, size_t len);
 
 /* ------------------------------------------------------------------------ */
@@ -615,7 +617,10 @@ weft_stream *weft_stream_new(int fd, size_t bufsize);
 ssize_t weft_stream_readline(weft_stream *s, char *buf, size_t max);
 
 /* Reads what is buffered, or else waits for one read: up to len bytes.
- * Returns the count, 0 at end of file, or a negative errno. */
+ * Returns the count, 0 at end of file, or a negative errno. A len of 0
+ * reads nothing and returns 0, which is not an end of file (or
+ * -ECANCELED, -ETIMEDOUT: every call is a cancellation point); buf may
+ * then be NULL, as for read_exact and write. */
 ssize_t weft_stream_read(weft_stream *s, void *buf, size_t len);
 
 /* Reads exactly len bytes. Returns len; n < len if end of file came after n
