@@ -536,14 +536,13 @@ int weft_fd_forget(int fd);
 int weft_tcp_listen(const char *host, int port, int backlog);
 
 /* Connects to host:port with TCP_NODELAY. host is a numeric address (IPv4
- * or IPv6, bracketed or not; one with a zone, "fe80::1%eth0", only
- * unbracketed) or a name, resolved with weft_getaddrinfo: each
- * address is tried in turn, in the resolver's order (IPv6 and IPv4), until one
- * connects; a refusal or the kernel's timeout (-ETIMEDOUT, SYNs
- * unanswered) moves on to the next, a cancellation or the caller's
- * deadline ends the walk. Returns the connected fd or a negative errno
- * (the last address's error; -ENOENT: no such name; -EINVAL outside a
- * task, at once). */
+ * or IPv6, bracketed or not, with a zone or not: "fe80::1%eth0") or a name,
+ * resolved with weft_getaddrinfo: each address is tried in turn, in the
+ * resolver's order (IPv6 and IPv4), until one connects; a refusal or the
+ * kernel's timeout (-ETIMEDOUT, SYNs unanswered) moves on to the next, a
+ * cancellation or the caller's deadline ends the walk. Returns the connected fd
+ * or a negative errno (the last address's error; -ENOENT: no such name; -EINVAL
+ * outside a task, at once). */
 int weft_tcp_connect(const char *host, int port);
 
 /* A UDP socket bound to host:port (port 0: any free port; host NULL or "":

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,13 +18,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* "[::1]", as URLs write an IPv6 address, is "::1"; copied to buf (of
- * INET6_ADDRSTRLEN bytes). Returns NULL if host is not bracketed, or does
- * not fit. */
+/* "[::1]", as URLs write an IPv6 address, is "::1"; copied to buf, of
+ * room for an address and a zone ("fe80::1%eth0"). Returns NULL if host is
+ * not bracketed, or does not fit. */
+#define BRACKETED_MAX (INET6_ADDRSTRLEN + IF_NAMESIZE)
+
 static const char *unbracket(const char *host, char *buf) {
   size_t n = host ? strlen(host) : 0;
-  if (n < 2 || host[0] != '[' || host[n - 1] != ']' ||
-      n - 2 >= INET6_ADDRSTRLEN)
+  if (n < 2 || host[0] != '[' || host[n - 1] != ']' || n - 2 >= BRACKETED_MAX)
     return NULL;
   memcpy(buf, host + 1, n - 2);
   buf[n - 2] = '\0';
@@ -40,7 +42,7 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *ss,
   memset(ss, 0, sizeof *ss);
   struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
   struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-  char v6[INET6_ADDRSTRLEN];
+  char v6[BRACKETED_MAX];
   const char *inner = unbracket(host, v6);
   if (inner) {
     if (inet_pton(AF_INET6, inner, &in6->sin6_addr) != 1)
@@ -117,23 +119,32 @@ static int socket_on(const char *host, int port, int type, int passive,
                      ready_fn ready, int arg) {
   struct sockaddr_storage ss;
   socklen_t len;
+  int hints_numeric = 0;
   int rc = parse_addr(host, port, &ss, &len);
   if (rc == 0) {
     int fd = new_socket(ss.ss_family, type);
     return fd < 0 ? fd : ready(fd, (struct sockaddr *)&ss, len, arg);
   }
-  /* Brackets hold an IPv6 address, never a name to look up. */
-  if (port < 0 || port > 65535 || host[0] == '[')
+  /* Brackets hold an IPv6 address, never a name to look up; one with a
+   * zone ("[fe80::1%eth0]") goes to the resolver, which reads the zone. */
+  char v6[BRACKETED_MAX];
+  if (port < 0 || port > 65535)
     return -EINVAL;
+  if (host[0] == '[') {
+    host = unbracket(host, v6);
+    if (!host || !strchr(host, '%'))
+      return -EINVAL;
+    hints_numeric = AI_NUMERICHOST;
+  }
   char service[8];
   snprintf(service, sizeof service, "%d", port);
   struct addrinfo hints, *res;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = type;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  hints.ai_flags = AI_NUMERICSERV | hints_numeric | (passive ? AI_PASSIVE : 0);
   if ((rc = weft_getaddrinfo(host, service, &hints, &res)) < 0)
-    return rc;
+    return rc == -ENOENT && hints_numeric ? -EINVAL : rc;
   held_addrs held = {.res = res};
   weft__hold(&held.h, drop_addrs);
   rc = -ENOENT;
