@@ -122,7 +122,8 @@ static pool *pool_get(weft_loop *loop) {
   p->loop = loop;
   loop->executor = p;
   loop->jobs_deliver = executor_deliver;
-  loop->pool_free = executor_free;
+  /* (Atomic: call_send may set it too, from another thread.) */
+  __atomic_store_n(&loop->pool_free, executor_free, __ATOMIC_RELAXED);
   return p;
 }
 
@@ -494,6 +495,10 @@ static int call_send(weft_loop *home, weft_loop *to, job *j) {
   j->home = home;
   j->remote = NULL;
   j->state = 0;
+  /* A loop freed before it has run a call sends it back (executor_free,
+   * which makes it a pool then): its free must call that, pool or not. */
+  if (!__atomic_load_n(&to->pool_free, __ATOMIC_RELAXED))
+    __atomic_store_n(&to->pool_free, executor_free, __ATOMIC_RELAXED);
   __atomic_add_fetch(&p->calls_out, 1, __ATOMIC_RELAXED);
   int rc = weft_call_soon_threadsafe(to, call_start, j);
   if (rc < 0) {
@@ -575,7 +580,8 @@ static void calls_in_end(weft_loop *loop, pool *p) {
  * was queued, join them, and release the results nobody will take now (no
  * task runs again). */
 static void executor_free(weft_loop *loop) {
-  pool *p = loop->executor;
+  /* (No pool yet: calls from other loops may still be queued, call_send.) */
+  pool *p = pool_get(loop);
   if (!p)
     return;
   answers_send(p); /* (their callback is dropped with the loop) */

@@ -23,8 +23,9 @@
  *    itself): they are cancelled and waited for, nothing leaks (ASan,
  *    valgrind);
  *  - weft_loop_free of a loop with calls in it, fn's task waiting there or
- *    not yet started: they come back -ESHUTDOWN, nothing released; two
- *    loops freed at once with calls into each other both end.
+ *    not yet started (also in a loop that has run no call yet): they come
+ *    back -ESHUTDOWN, nothing released; two loops freed at once with calls
+ *    into each other both end.
  */
 #include "weft.h"
 
@@ -686,6 +687,38 @@ static void test_freed_with_calls(void) {
   sem_destroy(&hold);
 }
 
+/* The same for a loop that has run no call yet, so has no pool: its call
+ * still queued when it is freed comes back -ESHUTDOWN (it was dropped with
+ * the loop's callbacks, and its caller waited for ever). */
+static int freed_new_main(void *arg) {
+  other *o = arg;
+  CHECK_EQ(weft_call_soon_threadsafe(o->loop, stop_cb, o->loop), 0);
+  weft_future *queued =
+      weft_submit_to_loop_with(o->loop, must_not_run, NULL, &rel_int);
+  CHECK(queued != NULL);
+  sem_post(o->hold); /* and the loop is freed */
+  void *v = P(1);
+  CHECK_EQ(weft_await(queued, &v), -ESHUTDOWN);
+  weft_future_release(queued);
+  return 0;
+}
+
+static void test_freed_new_with_call(void) {
+  begin("the other loop freed with a call in it, before its first");
+  other t = {0};
+  sem_t hold;
+  sem_init(&hold, 0, 0);
+  t.hold = &hold;
+  __atomic_store_n(&never_runs, 0, __ATOMIC_RELAXED);
+  released = 0;
+  other_start_mode(&t, NULL, STOPPED);
+  CHECK_EQ(weft_main(freed_new_main, &t), 0);
+  other_stop(&t);
+  CHECK_EQ(released, 0);
+  CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
+  sem_destroy(&hold);
+}
+
 /* Two loops, each with a task calling into the other and waiting there,
  * stop and are freed at once: each free sends back the other's call
  * before it waits for its own (they waited for each other for ever). */
@@ -760,6 +793,7 @@ int main(void) {
   test_stopped_gone();
   test_free();
   test_freed_with_calls();
+  test_freed_new_with_call();
   test_free_each_other();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_run_in_loop: ok\n");
