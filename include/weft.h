@@ -1247,9 +1247,10 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
  * use that loop's objects, as any of its tasks does. 0 and *result (result
  * may be NULL, as for weft_run_in_thread).
  *
- * Once the call is made, fn runs, whatever becomes of the caller: a caller
- * cancelled, or whose scope expires, while it waits returns -ECANCELED or
- * -ETIMEDOUT at once, and fn's task is cancelled on its loop (weft_cancel:
+ * Once the call is made, fn runs, whatever becomes of the caller (unless
+ * `loop` is freed first: -ESHUTDOWN, below): a caller cancelled, or whose
+ * scope expires, while it waits returns -ECANCELED or -ETIMEDOUT at once,
+ * and fn's task is cancelled on its loop (weft_cancel:
  * its blocking calls return -ECANCELED), from its start if it had not
  * started (with no memory for that message, fn runs on uncancelled). What
  * fn returns then goes to opts->release, on the caller's loop. So fn (or
@@ -1289,8 +1290,10 @@ int weft_run_in_loop_with(weft_loop *loop, void *(*fn)(void *), void *arg,
 
 /* The same without waiting: a future of the caller's loop (which the caller
  * holds one reference to) gets fn's result, or the error -ENOMEM if fn's
- * task could not start. One to each of several loops, then a weft_await of
- * each, gathers from them all. Cancelling or releasing the future does not
+ * task could not start, or -ESHUTDOWN if `loop` was freed with the call
+ * in it, fn not started or not returned (as above). One to each of
+ * several loops, then a weft_await of each, gathers from them all.
+ * Cancelling or releasing the future does not
  * stop fn (as for weft_submit); its result then goes to opts->release. May
  * be called outside a task (the current loop's); not a cancellation
  * point. NULL and errno: EINVAL, EDEADLK, ENOMEM, as above. */
