@@ -430,8 +430,11 @@ void weft_loop_free(weft_loop *loop) {
    * pool and the kernel let go of what those waits refer to. */
   weft__tasks_unpark(loop);
   /* The pool next: a job may still be using a task's stack (its arg). */
-  if (loop->pool_free)
-    loop->pool_free(loop);
+  /* (Atomic: another loop's call may have set it, executor.c.) */
+  void (*pool_free)(weft_loop *) =
+      __atomic_load_n(&loop->pool_free, __ATOMIC_RELAXED);
+  if (pool_free)
+    pool_free(loop);
   /* And the kernel's: a request in flight may still write into a stack. */
   if (loop->backend->quiesce)
     loop->backend->quiesce(loop);
