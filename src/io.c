@@ -327,11 +327,11 @@ WEFT__HOT void weft__fd_event(weft_loop *loop, int fd, int events) {
  * with MSG_CTRUNC, having stopped there: from then on a short read of
  * this socket is not taken for a drained one (io.c's top). */
 static __attribute__((noinline)) ssize_t
-unix_recv(const weft__op *op, weft__fd *e, size_t len, int flags) {
+unix_recv(int fd, void *buf, weft__fd *e, size_t len, int flags) {
   /* recv and read cut a length past INT_MAX; recvmsg would refuse it */
-  struct iovec iov = {op->buf, len > INT_MAX ? INT_MAX : len};
+  struct iovec iov = {buf, len > INT_MAX ? INT_MAX : len};
   struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-  ssize_t n = recvmsg(op->fd, &msg, flags);
+  ssize_t n = recvmsg(fd, &msg, flags);
   if (n > 0 && (msg.msg_flags & MSG_CTRUNC))
     e->flags |= FD_EXCEPT;
   return n;
@@ -345,7 +345,7 @@ try_op(int kind, const weft__op *op, weft__fd *e, size_t len) {
   switch (kind) {
   case OP_READ: /* (a read of 0 bytes returns 0 where recvmsg waits) */
     if ((e->flags & FD_UNIX) && len)
-      return unix_recv(op, e, len, MSG_DONTWAIT);
+      return unix_recv(op->fd, op->buf, e, len, MSG_DONTWAIT);
     return read(op->fd, op->buf, len);
   case OP_WRITE:
     /* On a socket, send: MSG_NOSIGNAL keeps SIGPIPE away. */
@@ -354,7 +354,7 @@ try_op(int kind, const weft__op *op, weft__fd *e, size_t len) {
     return write(op->fd, op->buf, len);
   case OP_RECV:
     if (e->flags & FD_UNIX)
-      return unix_recv(op, e, len, op->flags | MSG_DONTWAIT);
+      return unix_recv(op->fd, op->buf, e, len, op->flags | MSG_DONTWAIT);
     return recv(op->fd, op->buf, len, op->flags | MSG_DONTWAIT);
   case OP_SEND:
     return send(op->fd, op->buf, len, op->flags | MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -396,7 +396,8 @@ WEFT__TLS void *weft__fault_arg;
  * that moved all it was asked clears no hint (see note_short). Out of line
  * and cold: only the tests get here. */
 static __attribute__((noinline, cold)) ssize_t
-faulty_op(int kind, const weft__op *op, weft__fd *e) {
+faulty_op(int kind, const weft__op op_copy, weft__fd *e) {
+  const weft__op *op = &op_copy;
   size_t len = op->len;
   int f = weft__fault_hook(kind, op->fd, len, weft__fault_arg);
   if (f > 0) {
@@ -478,7 +479,8 @@ static int start_connect(const weft__op *op) {
 /* connect: start it, wait until the socket is writable, read the result.
  * A wake-up that comes before the connection is made (epoll can report a
  * fresh socket writable) is told apart by getpeername. */
-static int do_connect(weft_loop *loop, const weft__op *op) {
+static int do_connect(weft_loop *loop, const weft__op op_copy) {
+  const weft__op *op = &op_copy;
   int started = start_connect(op);
   int64_t backoff = CONNECT_BACKOFF_MIN;
   while (started == -EAGAIN && op->addr && op->addr->sa_family == AF_UNIX) {
@@ -536,10 +538,11 @@ static inline int is_aside(const weft__op *op, int kind) {
 }
 
 static __attribute__((noinline, cold)) ssize_t
-aside(weft_loop *loop, weft__op *op, int kind, int dir) {
+aside(weft_loop *loop, const weft__op op_copy, int kind, int dir) {
+  const weft__op *op = &op_copy;
   for (;;) {
     weft__fd *e = &loop->fds[op->fd];
-    ssize_t n = weft__fault_hook ? faulty_op(kind, op, e)
+    ssize_t n = weft__fault_hook ? faulty_op(kind, *op, e)
                                  : try_op(kind, op, e, op->len);
     if (n >= 0) {
       if (op->flags & MSG_OOB) /* the urgent mark is ahead: see the top */
@@ -561,7 +564,10 @@ aside(weft_loop *loop, weft__op *op, int kind, int dir) {
 /* Inlined into each public call with `kind` a constant (a local copy:
  * op->kind would be reloaded after every call), so that the compiler drops
  * the dispatch on it; weft__io_readiness is the same for the backend
- * table. */
+ * table. The functions it calls out of line take the op's fields, or a
+ * copy of the op, never its address: the public call's op then never
+ * leaves registers (stored to the stack, its fields were reloaded after
+ * every call; 28 instructions per round trip of bench_io_pingpong). */
 static inline __attribute__((always_inline)) ssize_t
 readiness(weft_loop *loop, weft__op *op, const int kind) {
   /* Read before any call, while the compiler still knows them (the
@@ -577,10 +583,10 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
   if (!e)
     return rc;
   if (kind == OP_CONNECT)
-    return do_connect(loop, op);
+    return do_connect(loop, *op);
   const int dir = weft__op_is_input(kind) ? WEFT_READ : WEFT_WRITE;
   if (__builtin_expect(aside_call, 0))
-    return aside(loop, op, kind, dir);
+    return aside(loop, *op, kind, dir);
   for (;;) {
     e = &loop->fds[fd]; /* the table may have moved while parked */
     /* MSG_DONTWAIT asks for the call's own answer now, EAGAIN included:
@@ -594,7 +600,7 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
     }
     ssize_t n;
     if (__builtin_expect(weft__fault_hook != NULL, 0)) {
-      if ((n = faulty_op(kind, op, e)) >= 0)
+      if ((n = faulty_op(kind, *op, e)) >= 0)
         return n;
     } else if ((n = try_op(kind, op, e, op->len)) >= 0) {
       note_short(kind, e, op, n, op->len);
@@ -622,7 +628,8 @@ static inline __attribute__((always_inline)) ssize_t run_op(weft__op *op,
     return -EINVAL;
   if (__builtin_expect(loop->io == weft__io_readiness, 1))
     return readiness(loop, op, kind);
-  return loop->io(loop, op);
+  weft__op copy = *op;
+  return loop->io(loop, &copy);
 }
 
 WEFT__HOT ssize_t weft_read(int fd, void *buf, size_t len) {
@@ -640,7 +647,8 @@ WEFT__HOT ssize_t weft_write(int fd, const void *buf, size_t len) {
  * between them, until len bytes, the end of the stream or an error (the
  * bytes already in buf are returned then, as recv(2) does). io_uring hands
  * the flag to the kernel. */
-static __attribute__((noinline)) ssize_t recv_all(weft__op *op) {
+static __attribute__((noinline)) ssize_t recv_all(weft__op op_copy) {
+  weft__op *op = &op_copy;
   weft_loop *loop = weft__loop_running;
   if (!loop || !loop->current)
     return -EINVAL;
@@ -678,7 +686,7 @@ WEFT__HOT ssize_t weft_recv(int fd, void *buf, size_t len, int flags) {
                  .len = len,
                  .flags = input_flags(flags)};
   if (__builtin_expect(op.flags & MSG_WAITALL, 0))
-    return recv_all(&op);
+    return recv_all(op);
   return run_op(&op, OP_RECV);
 }
 
