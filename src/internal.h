@@ -323,6 +323,11 @@ static inline int weft__callers(const weft_loop *loop, uint64_t thread) {
  * Must be called from a task. */
 int weft__park(int what, int64_t detail, weft__undo_fn undo, void *arg);
 
+/* weft__park for a caller that has the running task t at hand (the loop's
+ * current): the I/O wait parks once per message, and spares the look-up. */
+int weft__park_task(weft_task *t, int what, int64_t detail, weft__undo_fn undo,
+                    void *arg);
+
 /* Parks the running task without looking at cancellation, for a backend
  * that must see a request end before the caller's buffer may go: returns
  * the rc it is woken with, which a cancellation (-ECANCELED...) may also
@@ -462,14 +467,20 @@ int weft__cancel_status(weft_task *t);
 
 /* 0, or -ECANCELED / -ETIMEDOUT if the running task has been cancelled or
  * is inside a scope past its deadline: the check every blocking call makes
- * first, even when it could complete at once. -EINVAL outside a task. */
+ * first, even when it could complete at once. -EINVAL outside a task.
+ * weft__checkpoint_task is the check for a caller that has the running
+ * task t at hand. */
+static inline int weft__checkpoint_task(weft_task *t) {
+  if (__builtin_expect(!(t->flags & TASK_CANCELLED) && !t->scope, 1))
+    return 0;
+  return weft__cancel_status(t);
+}
+
 static inline int weft__checkpoint(void) {
   weft_task *t = weft__running_task();
   if (!t)
     return -EINVAL;
-  if (__builtin_expect(!(t->flags & TASK_CANCELLED) && !t->scope, 1))
-    return 0;
-  return weft__cancel_status(t);
+  return weft__checkpoint_task(t);
 }
 
 /* The task is about to park: arms the timer of the earliest deadline among

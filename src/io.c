@@ -254,11 +254,13 @@ WEFT__HOT void weft__waiter_link(weft_loop *loop, weft__waiter *w) {
 }
 
 /* Parks the running task until fd has one of `events`; 0 and *revents, or
- * a negative errno (-ECANCELED, -EBADF when weft_close closes fd). */
+ * a negative errno (-ECANCELED, -EBADF when weft_close closes fd). Called
+ * from a task: loop is the running loop, and its current the task. */
 static WEFT__HOT int wait_on(weft_loop *loop, int fd, int events,
                              int *revents) {
   weft__fd *e = &loop->fds[fd];
-  weft__waiter w = {weft__running_task(), fd, events, 0, NULL, NULL};
+  weft_task *t = loop->current;
+  weft__waiter w = {t, fd, events, 0, NULL, NULL};
   weft__waiter_link(loop, &w);
   uint8_t old = e->wanted;
   e->wanted |= (uint8_t)events;
@@ -271,8 +273,8 @@ static WEFT__HOT int wait_on(weft_loop *loop, int fd, int events,
   }
   loop->io_budget = WEFT__IO_BUDGET; /* it blocks: the count starts again */
   uint32_t gen = e->gen;
-  int rc = weft__park(events & WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE, fd,
-                      undo_wait, &w);
+  int rc = weft__park_task(t, events & WEFT_READ ? WAIT_FD_READ : WAIT_FD_WRITE,
+                           fd, undo_wait, &w);
   if (rc < 0)
     return rc;
   /* Woken, then closed (and the number perhaps reused) before this task
@@ -281,7 +283,7 @@ static WEFT__HOT int wait_on(weft_loop *loop, int fd, int events,
     return -EBADF;
   /* Woken, then cancelled (or past a deadline) before it ran: nothing has
    * been done yet, so the call can still not happen. */
-  if ((rc = weft__checkpoint()) < 0)
+  if ((rc = weft__checkpoint_task(t)) < 0)
     return rc;
   *revents = w.revents;
   return 0;

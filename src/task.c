@@ -361,11 +361,12 @@ park_now(weft_task *t, int what, int64_t detail, weft__undo_fn undo,
   return t->wake_rc;
 }
 
-WEFT__HOT int weft__park(int what, int64_t detail, weft__undo_fn undo,
-                         void *arg) {
-  weft_task *t = running_task();
-  if (!t)
-    return -EINVAL;
+/* (Out of line: weft__park, which LTO inlines into its callers, calls it
+ * rather than giving each of them a copy of the switch.) */
+WEFT__HOT __attribute__((noinline)) int weft__park_task(weft_task *t, int what,
+                                                        int64_t detail,
+                                                        weft__undo_fn undo,
+                                                        void *arg) {
   if (t->flags & TASK_CANCELLED || t->scope) {
     /* Cancelled already, or past a deadline: do not wait at all. Else a
      * deadline around the call needs its timer now. Either way the caller
@@ -380,6 +381,14 @@ WEFT__HOT int weft__park(int what, int64_t detail, weft__undo_fn undo,
     }
   }
   return park_now(t, what, detail, undo, arg);
+}
+
+WEFT__HOT int weft__park(int what, int64_t detail, weft__undo_fn undo,
+                         void *arg) {
+  weft_task *t = running_task();
+  if (!t)
+    return -EINVAL;
+  return weft__park_task(t, what, detail, undo, arg);
 }
 
 int weft__park_raw(int what, int64_t detail) {
