@@ -590,7 +590,6 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
   if (__builtin_expect(aside_call, 0))
     return aside(loop, *op, kind, dir);
   for (;;) {
-    e = &loop->fds[fd]; /* the table may have moved while parked */
     /* MSG_DONTWAIT asks for the call's own answer now, EAGAIN included:
      * it never parks, whatever the hint says. */
     if (!(e->ready & dir) && !(e->flags & FD_UNPOLLABLE) &&
@@ -598,12 +597,14 @@ readiness(weft_loop *loop, weft__op *op, const int kind) {
       int revents;
       if ((rc = wait_on(loop, fd, dir, &revents)) < 0)
         return rc;
+      e = &loop->fds[fd]; /* the table may have moved while parked */
       continue;
     }
     ssize_t n;
     if (__builtin_expect(weft__fault_hook != NULL, 0)) {
       if ((n = faulty_op(kind, *op, e)) >= 0)
         return n;
+      e = &loop->fds[fd]; /* (the hook is the tests' code: anything goes) */
     } else if ((n = try_op(kind, op, e, op->len)) >= 0) {
       note_short(kind, e, op, n, op->len);
       return n;
