@@ -98,7 +98,7 @@ static WEFT__HOT int epoll_poll(weft_loop *loop, int64_t timeout) {
       events |= WEFT_WRITE;
     if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
       events |= WEFT__EXCEPT;
-    weft__fd_event(loop, st->events[i].data.fd, events);
+    weft__fd_event_inline(loop, st->events[i].data.fd, events);
   }
   if (n == st->cap && st->cap < EVENTS_MAX) {
     struct epoll_event *v =

@@ -197,24 +197,7 @@ static uint8_t wanted_by(const weft__fd *e) {
   return w;
 }
 
-/* An fd's waiters are a list in the order they came: e->waiters is the
- * first, and the first's prev is the last (a waiter appends in O(1), so
- * that many tasks parked on one fd, each waking and parking again, do not
- * walk the list each time); the last's next is NULL. */
-static inline void list_remove(weft__fd *e, weft__waiter *w) {
-  weft__waiter *first = e->waiters;
-  if (w == first)
-    e->waiters = w->next;
-  else
-    w->prev->next = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
-  else if (w != first)
-    first->prev = w->prev; /* w was the last */
-}
-
-/* After waiters left e's list: tells the backend if less is wanted. */
-static void wanted_again(weft_loop *loop, int fd, weft__fd *e) {
+void weft__wanted_again(weft_loop *loop, int fd, weft__fd *e) {
   uint8_t wanted = wanted_by(e);
   if (wanted != e->wanted) {
     e->wanted = wanted;
@@ -227,11 +210,11 @@ WEFT__HOT void weft__waiter_unlink(weft_loop *loop, weft__waiter *w) {
   const int fd = w->fd;
   weft__fd *e = &loop->fds[fd];
   w->fd = -1; /* off the list: a second unlink is a bug the owner avoids */
-  list_remove(e, w);
+  weft__waiter_remove(e, w);
   loop->nwaiters--;
   if (!loop->per_wait || !w->events) /* events 0: wanted stays */
     return;
-  wanted_again(loop, fd, e);
+  weft__wanted_again(loop, fd, e);
 }
 
 static void undo_wait(weft_task *t, void *arg) {
@@ -290,38 +273,7 @@ static WEFT__HOT int wait_on(weft_loop *loop, int fd, int events,
 }
 
 WEFT__HOT void weft__fd_event(weft_loop *loop, int fd, int events) {
-  if (fd < 0 || (size_t)fd >= loop->nfds)
-    return;
-  weft__fd *e = &loop->fds[fd];
-  if (__builtin_expect(e->flags & FD_WAKE, 0)) { /* the loop's own */
-    if (fd == loop->wake_fd)
-      weft__wake_fd_drain(loop);
-    else
-      weft__quit_fd_read(loop);
-    return;
-  }
-  if (events & WEFT__EXCEPT) {
-    e->flags |= FD_EXCEPT;
-    events &= ~WEFT__EXCEPT;
-  }
-  e->ready |= (uint8_t)events;
-  weft__waiter *w = e->waiters;
-  int left = 0; /* waiters with events that left the list */
-  while (w) {
-    weft__waiter *next = w->next;
-    if (w->events & events) {
-      w->revents = w->events & events;
-      w->fd = -1;
-      list_remove(e, w);
-      loop->nwaiters--;
-      left |= w->events;
-      weft__wake(w->task, 0);
-    }
-    w = next;
-  }
-  /* What is still wanted, once for them all (poll: the list is walked). */
-  if (loop->per_wait && left)
-    wanted_again(loop, fd, e);
+  weft__fd_event_inline(loop, fd, events);
 }
 
 /* A Unix stream socket's read (FD_UNIX): no room for fds or credentials,
@@ -870,7 +822,7 @@ void weft__fd_forget(weft_loop *loop, int fd) {
   while (e->waiters) {
     weft__waiter *w = e->waiters;
     w->fd = -1;
-    list_remove(e, w);
+    weft__waiter_remove(e, w);
     loop->nwaiters--;
     weft__wake(w->task, -EBADF);
   }
