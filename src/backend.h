@@ -175,7 +175,8 @@ weft__fd *weft__fd_get(weft_loop *loop, int fd);
 weft__fd *weft__fd_entry_new(weft_loop *loop, int fd, int *rc);
 
 static inline weft__fd *weft__fd_entry(weft_loop *loop, int fd, int *rc) {
-  if (fd >= 0 && (size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
+  /* (A negative fd is past the table as a size_t: one comparison.) */
+  if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_KNOWN))
     return &loop->fds[fd];
   return weft__fd_entry_new(loop, fd, rc);
 }
@@ -215,7 +216,7 @@ void weft__wanted_again(weft_loop *loop, int fd, weft__fd *e);
  * call weft__fd_event, which keeps the hot code the smaller. */
 static inline __attribute__((always_inline)) void
 weft__fd_event_inline(weft_loop *loop, int fd, int events) {
-  if (fd < 0 || (size_t)fd >= loop->nfds)
+  if ((size_t)fd >= loop->nfds) /* (a negative fd too) */
     return;
   weft__fd *e = &loop->fds[fd];
   if (__builtin_expect(e->flags & FD_WAKE, 0)) { /* the loop's own */
