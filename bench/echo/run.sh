@@ -94,6 +94,11 @@
 #              every sample would count as user time. 0: from ticks.
 #              Default 2000 where perf can, else 0 (with a note).
 #   CI         with CI=true, as root, missing peer packages are installed
+#   WEFT_BASE  the server weft_base: an echo_server_weft built from another
+#              tree (the commit before a change, say), run on epoll in the
+#              same rounds as weft; then weft's CPU figures over its come too
+#              (echo_ratio_weft_vs_weft_base_*, and a table), the paired
+#              ratio being the one to judge a change by
 #
 # Descriptors: the soft RLIMIT_NOFILE is raised to the hard limit for the
 # servers and the load generator (1000 connections need over 1000 on each
@@ -198,14 +203,22 @@ declare -A have=()
 for s in $SERVERS; do
   case $s in
     weft | weft_uring | weft_uring_pbuf | epoll) have[$s]=1 ;;
+    weft_base)
+      if [ -x "${WEFT_BASE:-}" ]; then
+        have[weft_base]=1
+      else
+        note "the weft_base server is skipped: WEFT_BASE is not an" \
+          "executable echo_server_weft"
+      fi
+      ;;
     uring | uring_fixed | uring_pf) want_peer uring liburing-dev && have[$s]=1 ;;
     uv) want_peer uv libuv1-dev && have[uv]=1 ;;
     ev) want_peer ev libev-dev && have[ev]=1 ;;
     go) want_peer go golang-go && have[go]=1 ;;
     asyncio) want_peer asyncio python3 && have[asyncio]=1 ;;
     uvloop) want_peer uvloop python3-uvloop && have[uvloop]=1 ;;
-    *) die "unknown server '$s' (weft weft_uring weft_uring_pbuf epoll uring" \
-      "uring_fixed uring_pf uv ev go asyncio uvloop)" ;;
+    *) die "unknown server '$s' (weft weft_uring weft_uring_pbuf weft_base" \
+      "epoll uring uring_fixed uring_pf uv ev go asyncio uvloop)" ;;
   esac
 done
 
@@ -372,6 +385,7 @@ server_cmd() { # server -> the command, in the array cmd
       cmd=(env WEFT_BACKEND=io_uring WEFT_URING_PBUF=1 "$bin/echo_server_weft")
       ;;
     weft) cmd=(env WEFT_BACKEND=epoll "$bin/echo_server_weft") ;;
+    weft_base) cmd=(env WEFT_BACKEND=epoll "$WEFT_BASE") ;;
     uring_fixed) cmd=(env URING_FIXED=1 "$bin/echo_server_uring") ;;
     uring_pf) cmd=(env URING_POLL_FIRST=1 "$bin/echo_server_uring") ;;
     *) cmd=("$bin/echo_server_$1") ;;
@@ -609,6 +623,8 @@ awk -v servers="${order[*]}" -v configs="$CONFIGS" '
           ratios(srv[i], "epoll", c)
         if (srv[i] ~ /^weft_uring/) # over weft on epoll: the backend alone
           ratios(srv[i], "weft", c)
+        if (srv[i] == "weft_base") # weft over the other tree
+          ratios("weft", "weft_base", c)
       }
     }
   }' "$all" >"$med"
@@ -691,11 +707,12 @@ cat "$med"
         printf "\nUser-mode CPU is sampled per clock tick: the fewest user" \
                " ticks behind a figure above is %d (about %.0f%% noise).\n",
                fewest, (fewest > 0 ? 100 / sqrt(fewest) : 100)
-      has_ratio = 0; has_uratio = 0; paired = 0
+      has_ratio = 0; has_uratio = 0; has_bratio = 0; paired = 0
       for (name in v) {
         if (name ~ /_paired$/) paired = 1
         if (name ~ /^echo_ratio_.*_vs_epoll_/) has_ratio = 1
         if (name ~ /^echo_ratio_weft_uring(_pbuf)?_vs_weft_/) has_uratio = 1
+        if (name ~ /^echo_ratio_weft_vs_weft_base_/) has_bratio = 1
       }
       if (has_ratio) {
         print ""
@@ -718,6 +735,15 @@ cat "$med"
         for (i = 1; i <= ns; i++)
           if (srv[i] ~ /^weft_uring/)
             ratio_row(i, "weft")
+      }
+      if (has_bratio) {
+        print ""
+        print "weft over weft_base (WEFT_BASE), server CPU per message:"
+        print ""
+        hdr("cpu | user |", "--:|--:|")
+        for (i = 1; i <= ns; i++)
+          if (srv[i] == "weft")
+            ratio_row(i, "weft_base")
       }
       if (sc == 1) {
         print ""
