@@ -29,6 +29,7 @@
 #include "backend.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -62,6 +63,7 @@ typedef struct job {
 #define CALL_CANCEL_SENT 1 /* the caller's loop sent a cancellation */
 #define CALL_CANCEL_RUN  2 /* ... which ran on the other loop */
 #define CALL_ENDED       4 /* fn has returned there (or never started) */
+#define CALL_LEFT        8 /* ... and left the call to the cancellation */
 
 typedef struct pool {
   pthread_mutex_t lock;
@@ -413,6 +415,9 @@ static void call_end(job *j) {
   if (p)
     __atomic_add_fetch(&p->left, 1, __ATOMIC_RELAXED);
   weft_loop_ref(j->to);
+  /* (For call_cancel, whose message may have failed meanwhile: then it
+   * sends the call back, undoing the two above, once they are done.) */
+  __atomic_fetch_or(&j->state, CALL_LEFT, __ATOMIC_RELEASE);
 }
 
 /* fn's task is no longer the loop's to drop: off its list of incoming
@@ -481,10 +486,15 @@ static void call_cancel(job *j) {
   if (weft_call_soon_threadsafe(j->to, call_cancel_run, j) == 0)
     return;
   /* No memory for the message: fn runs to its end. If it has ended since
-   * and left the call to the message, send it back here. */
+   * and left the call to the message, send it back here, once its end has
+   * taken the reference and the count that call_back_late gives back (a
+   * few instructions on the other thread: rare, and only without memory). */
   old = __atomic_fetch_and(&j->state, ~CALL_CANCEL_SENT, __ATOMIC_ACQ_REL);
-  if (old & CALL_ENDED)
-    call_back_late(j);
+  if (!(old & CALL_ENDED))
+    return;
+  while (!(__atomic_load_n(&j->state, __ATOMIC_ACQUIRE) & CALL_LEFT))
+    sched_yield();
+  call_back_late(j);
 }
 
 /* Sends j, made by job_new on the caller's loop `home`, to run on `to`.
@@ -533,7 +543,7 @@ static void calls_in_drop(pool *p) {
 
 /* weft_loop_free: the calls still out are cancelled, and waited for (they
  * come back to this loop's memory). Those into the loop itself have come
- * back already (calls_in_drop, cancels_run): they are ended, and
+ * back already (calls_in_end): they are ended, and
  * call_cancel leaves them. */
 static void calls_wait(pool *p) {
   for (job *j = p->calls; j; j = j->rnext)
@@ -555,7 +565,8 @@ static void call_at_free(const weft__callback *c) {
     call_end(j);
   } else if (c->cb == call_cancel_run) {
     /* (Its call has ended: calls_in_drop ended those whose fn had started,
-     * and a call's start is queued before its cancellation.) */
+     * and a call's start is queued before its cancellation. call_end ran
+     * on this thread: CALL_LEFT is set.) */
     int old = __atomic_fetch_or(&j->state, CALL_CANCEL_RUN, __ATOMIC_ACQ_REL);
     if (old & CALL_ENDED)
       call_back_late(j);
