@@ -1260,16 +1260,16 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
  * before the call gets -ECANCELED, and nothing is sent.
  *
  * `loop` must be running, or be run later, and no call may be made to it
- * once it is freed (as for weft_call_soon_threadsafe: a loop that others
- * call holds a weft_loop_ref of its own). The call keeps it running while
- * it is there (a callback queued, then fn's task); fn's task is one of its
- * tasks, to which its deadlock rule applies. A loop stopped and freed with
- * calls in it sends them all back: those whose fn has returned with fn's
- * result (fn may stop its loop), the others with -ESHUTDOWN and no result
- * (fn never started, or its task was dropped with the loop, as
- * weft_loop_free drops any task: what arg owns is then not freed by fn,
- * and the caller cannot tell which). The caller's loop counts the call as
- * a job (weft_loop_run waits for it, weft_executor_pending counts it), and
+ * once its weft_loop_free has begun (it would be lost; as for
+ * weft_call_soon_threadsafe: a loop that others call holds a weft_loop_ref of
+ * its own). The call keeps it running while it is there (a callback queued,
+ * then fn's task); fn's task is one of its tasks, to which its deadlock rule
+ * applies. A loop stopped and freed with calls in it sends them all back: those
+ * whose fn has returned with fn's result (fn may stop its loop), the others
+ * with -ESHUTDOWN and no result (fn never started, or its task was dropped with
+ * the loop, as weft_loop_free drops any task: what arg owns is then not freed
+ * by fn, and the caller cannot tell which). The caller's loop counts the call
+ * as a job (weft_loop_run waits for it, weft_executor_pending counts it), and
  * weft_loop_free cancels the calls it has out and waits for them (two
  * loops freed at once with calls into each other each send the other's
  * back first). `loop` may be the caller's own: a spawn and a join (not
