@@ -671,8 +671,10 @@ static int freed_main(void *arg) {
   return 0;
 }
 
-static void test_freed_with_calls(void) {
-  begin("the other loop freed with calls in it");
+/* main_fn, given a stopped loop whose thread frees it at sem_post(hold):
+ * nothing was released, and must_not_run never ran. */
+static void freed_case(const char *name, int (*main_fn)(void *)) {
+  begin(name);
   other t = {0};
   sem_t hold;
   sem_init(&hold, 0, 0);
@@ -680,11 +682,15 @@ static void test_freed_with_calls(void) {
   __atomic_store_n(&never_runs, 0, __ATOMIC_RELAXED);
   released = 0;
   other_start_mode(&t, NULL, STOPPED);
-  CHECK_EQ(weft_main(freed_main, &t), 0);
+  CHECK_EQ(weft_main(main_fn, &t), 0);
   other_stop(&t);
   CHECK_EQ(released, 0);
   CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
   sem_destroy(&hold);
+}
+
+static void test_freed_with_calls(void) {
+  freed_case("the other loop freed with calls in it", freed_main);
 }
 
 /* The same for a loop that has run no call yet, so has no pool: its call
@@ -704,19 +710,8 @@ static int freed_new_main(void *arg) {
 }
 
 static void test_freed_new_with_call(void) {
-  begin("the other loop freed with a call in it, before its first");
-  other t = {0};
-  sem_t hold;
-  sem_init(&hold, 0, 0);
-  t.hold = &hold;
-  __atomic_store_n(&never_runs, 0, __ATOMIC_RELAXED);
-  released = 0;
-  other_start_mode(&t, NULL, STOPPED);
-  CHECK_EQ(weft_main(freed_new_main, &t), 0);
-  other_stop(&t);
-  CHECK_EQ(released, 0);
-  CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
-  sem_destroy(&hold);
+  freed_case("the other loop freed with a call in it, before its first",
+             freed_new_main);
 }
 
 /* Two loops, each with a task calling into the other and waiting there,
