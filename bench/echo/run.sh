@@ -224,8 +224,18 @@ done
 
 # ---- build ------------------------------------------------------------
 # Configure if needed (again after an install, so that CMake finds libuv,
-# libev and liburing). If weft itself does not build, the rest still runs.
-if [ ! -f "$BUILD/CMakeCache.txt" ] || [ $installed = 1 ]; then
+# libev and liburing; also when a peer wanted has no program yet: its
+# package may have come after the build was configured, and CMake looks
+# again only when asked). If weft itself does not build, the rest still
+# runs.
+reconfigure=$installed
+for s in "${!have[@]}"; do
+  case $s in
+    uv | ev) [ -x "$bin/echo_server_$s" ] || reconfigure=1 ;;
+    uring*) [ -x "$bin/echo_server_uring" ] || reconfigure=1 ;;
+  esac
+done
+if [ ! -f "$BUILD/CMakeCache.txt" ] || [ $reconfigure = 1 ]; then
   cmake -S "$src" -B "$BUILD" >&2 || die "cmake could not configure $BUILD"
 fi
 # A program that fails to build is not run, even if an old binary of it is
