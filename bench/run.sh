@@ -130,9 +130,21 @@ fi
 want_peer go golang-go && have_go=1
 
 # ---- build ------------------------------------------------------------
-# Configure if needed (again after an install, so that CMake finds Boost),
-# then build the benchmarks and what they link.
-if [ ! -f "$BUILD/CMakeCache.txt" ] || [ $installed = 1 ]; then
+# Configure if needed (again after an install, so that CMake finds Boost;
+# also when a peer's package is there and the build was configured before
+# it came: CMake looks again only when asked), then build the benchmarks
+# and what they link.
+reconfigure=$installed
+cache=$BUILD/CMakeCache.txt
+if [ -f "$cache" ]; then
+  if { [ $have_libev = 1 ] && grep -q '^WEFT_LIBEV_LIB:.*NOTFOUND' "$cache"; } ||
+    { [ $have_fcontext = 1 ] &&
+      grep -q '^WEFT_BOOST_CONTEXT_LIB:.*NOTFOUND' "$cache"; } ||
+    { [ $have_libuv = 1 ] && ! grep -q '^WEFT_LIBUV_FOUND:INTERNAL=1' "$cache"; }; then
+    reconfigure=1
+  fi
+fi
+if [ ! -f "$cache" ] || [ $reconfigure = 1 ]; then
   cmake -S "$src" -B "$BUILD" >&2 || die "cmake could not configure $BUILD"
 fi
 cmake --build "$BUILD" --target benchmarks -j2 >&2 ||
