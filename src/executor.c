@@ -420,6 +420,18 @@ static void call_end(job *j) {
   __atomic_fetch_or(&j->state, CALL_LEFT, __ATOMIC_RELEASE);
 }
 
+/* fn's task t runs on the other loop: on its list of incoming calls,
+ * which its weft_loop_free sends back (calls_in_drop). */
+static void call_in_add(job *j, weft_task *t) {
+  pool *p = j->to->executor;
+  j->remote = t;
+  j->iprev = NULL;
+  j->inext = p->incoming;
+  if (j->inext)
+    j->inext->iprev = j;
+  p->incoming = j;
+}
+
 /* fn's task is no longer the loop's to drop: off its list of incoming
  * calls. */
 static void call_in_remove(job *j) {
@@ -454,13 +466,7 @@ static void call_start(void *arg) {
     return;
   }
   weft_detach(t);
-  j->remote = t;
-  pool *p = j->to->executor;
-  j->iprev = NULL;
-  j->inext = p->incoming;
-  if (j->inext)
-    j->inext->iprev = j;
-  p->incoming = j;
+  call_in_add(j, t);
   if (__atomic_load_n(&j->state, __ATOMIC_ACQUIRE) & CALL_CANCEL_SENT)
     weft_cancel(t);
 }
@@ -543,8 +549,8 @@ static void calls_in_drop(pool *p) {
 
 /* weft_loop_free: the calls still out are cancelled, and waited for (they
  * come back to this loop's memory). Those into the loop itself have come
- * back already (calls_in_end): they are ended, and
- * call_cancel leaves them. */
+ * back already (calls_in_end): they are ended, and call_cancel leaves
+ * them. */
 static void calls_wait(pool *p) {
   for (job *j = p->calls; j; j = j->rnext)
     call_cancel(j);
