@@ -1228,7 +1228,9 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
  * to, gets fn's result (weft_await). Cancelling or releasing the future
  * before fn has returned does not stop fn; its result then goes to
  * opts->release. Once the future holds the result, the result is the
- * future's: releasing it unread calls no release. Like every future, it
+ * future's: releasing it unread calls no release, so a caller that gives
+ * up a future which may be done frees an owned result itself, taken with
+ * weft_future_result before weft_future_release. Like every future, it
  * must not be used after weft_loop_free. May be called
  * outside a task (the current loop's pool). It is not a cancellation point:
  * a task already cancelled (or past its scope's deadline) still queues fn
@@ -1336,6 +1338,12 @@ int weft_getaddrinfo(const char *node, const char *service,
  * kernel is done with `buf`, which for a file is soon, and returns what
  * the request did if it completed; and an O_DIRECT buffer must then be
  * aligned, as for pread: the pool's own buffer is.) open adds O_CLOEXEC.
+ * An open that blocks (a FIFO with no writer, a terminal, a device)
+ * blocks its worker thread: a cancellation or deadline returns at once,
+ * but the job goes on, and weft_loop_run (weft_main) does not return
+ * until it has (for a FIFO, until a writer comes). A walk that may meet
+ * such files opens with O_NONBLOCK, which a regular file ignores: a FIFO
+ * opened so then reads -ESPIPE.
  * Each returns what the POSIX call returns (an fd, a count, 0) or a
  * negative errno; -ECANCELED, -ETIMEDOUT, -EINVAL outside a task, with
  * an offset < 0 or with buf NULL and len > 0 (where pread would fault),
