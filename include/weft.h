@@ -507,13 +507,14 @@ int weft_close(int fd);
 
 /* Makes weft forget fd without closing it: for an fd that other code
  * closes with a plain close(2), such as a client library's socket that
- * the program waits on with weft_wait_fd. Tasks waiting on it wake with
- * -EBADF, as for weft_close, and a new fd at the same number is then
- * learnt afresh. Call it before the close(2), or after it but before the
- * number is used again. On io_uring, what weft took from the kernel ahead
- * of the calls goes with it: the connections a listener's multishot
- * accept took are closed (their peers see the end; a plain accept finds
- * only later ones), and with WEFT_URING_PBUF=1 the bytes a socket's
+ * the program waits on with weft_wait_fd, or that is handed to another
+ * thread's loop (a connection accepted here and served there). Tasks
+ * waiting on it wake with -EBADF, as for weft_close, and a new fd at the
+ * same number is then learnt afresh. Call it before the close(2), or after
+ * it but before the number is used again. On io_uring, what weft took from the
+ * kernel ahead of the calls goes with it: the connections a listener's
+ * multishot accept took are closed (their peers see the end; a plain accept
+ * finds only later ones), and with WEFT_URING_PBUF=1 the bytes a socket's
  * multishot recv took are dropped. Returns 0 (also for an fd weft never saw),
  * -EBADF for a negative fd, or -EINVAL where this thread has no loop: call
  * it on the thread of the loop that used the fd. */
@@ -1259,7 +1260,12 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
  * release) is where a heap arg is freed, and arg must stay valid until fn
  * has returned: do not point it into the caller's stack if the caller may
  * be cancelled (or make the call in a shielded scope). A task cancelled
- * before the call gets -ECANCELED, and nothing is sent.
+ * before the call gets -ECANCELED, and one inside a scope whose deadline
+ * has passed -ETIMEDOUT, and nothing is sent: the same errors as a caller
+ * that gave up while fn was on its way, so they do not tell whether fn
+ * (or release) will see arg. A heap arg that must be freed either way is
+ * sent with weft_submit_to_loop and weft_await, whose future exists
+ * exactly when the call was sent.
  *
  * `loop` must be running, or be run later, and no call may be made to it
  * once its weft_loop_free has begun (it would be lost; as for
