@@ -396,6 +396,15 @@ int64_t weft_loop_now(void);
 /* The name of the backend the loop uses: "epoll", "poll", "io_uring". */
 const char *weft_loop_backend(const weft_loop *loop);
 
+/* A pointer of the program's, kept with the loop (libuv's uv_loop_set_data):
+ * the shard, server or thread state that code running on the loop finds
+ * with weft_loop_data(weft_loop_current()). weft never reads it, nor frees
+ * it. NULL until set; a NULL loop is ignored (weft_loop_data gives
+ * NULL). Read and set it on the loop's thread, or synchronise as for any
+ * shared pointer. */
+void weft_loop_set_data(weft_loop *loop, void *data);
+void *weft_loop_data(const weft_loop *loop);
+
 /* Keep-alive references. A loop whose tasks all wait on one another ends
  * (see weft_main); code that expects a wake-up from another thread (a
  * weft_call_soon_threadsafe that will complete a future) takes a reference

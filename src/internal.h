@@ -261,6 +261,8 @@ struct weft_loop {
   size_t nwaiters;    /* tasks parked on an fd */
   int spare_fd;       /* for EMFILE at accept (-1: none yet) */
   unsigned io_budget; /* I/O calls before the caller yields (io.c) */
+
+  void *user_data; /* the program's (weft_loop_set_data) */
 };
 
 /* The generator running on this thread (innermost), or NULL. gen.c. */

@@ -468,6 +468,15 @@ const char *weft_loop_backend(const weft_loop *loop) {
   return loop ? loop->backend->name : NULL;
 }
 
+void weft_loop_set_data(weft_loop *loop, void *data) {
+  if (loop)
+    loop->user_data = data;
+}
+
+void *weft_loop_data(const weft_loop *loop) {
+  return loop ? loop->user_data : NULL;
+}
+
 int64_t weft_loop_now(void) {
   weft_loop *loop = weft__loop_running;
   return loop ? weft__turn_now(loop) : weft_now();

@@ -150,6 +150,30 @@ static void test_backend_name(void) {
                "weft: no backend named \"kqueue\" (epoll, poll, io_uring)\n");
 }
 
+/* The program's pointer: NULL until set, each loop its own, found from a
+ * task through weft_loop_current; a NULL loop is ignored. */
+static void *data_task(void *arg) {
+  CHECK(weft_loop_data(weft_loop_current()) == arg);
+  return NULL;
+}
+
+static void test_user_data(void) {
+  int a, b;
+  weft_loop *one = weft_loop_new(NULL), *two = weft_loop_new(NULL);
+  CHECK(one && two);
+  CHECK(weft_loop_data(one) == NULL);
+  weft_loop_set_data(one, &a);
+  weft_loop_set_data(two, &b);
+  CHECK(weft_loop_data(one) == &a);
+  CHECK(weft_loop_data(two) == &b);
+  CHECK(weft_spawn(data_task, &b)); /* two is the thread's current loop */
+  CHECK_EQ(weft_loop_run(two), 0);
+  weft_loop_set_data(NULL, &a);
+  CHECK(weft_loop_data(NULL) == NULL);
+  weft_loop_free(two);
+  weft_loop_free(one);
+}
+
 /* ---- timer order ------------------------------------------------------ */
 static void *equal_task(void *arg) {
   (void)arg;
@@ -844,6 +868,7 @@ int main(void) {
   int fds = check_fd_count();
   test_misuse();
   test_backend_name();
+  test_user_data();
   test_call_soon();
   test_equal_deadlines();
   test_random_order();
