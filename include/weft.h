@@ -1356,7 +1356,12 @@ int weft_getaddrinfo(const char *node, const char *service,
  * An open that blocks (a FIFO with no writer, a terminal, a device)
  * blocks its worker thread: a cancellation or deadline returns at once,
  * but the job goes on, and weft_loop_run (weft_main) does not return
- * until it has (for a FIFO, until a writer comes). A walk that may meet
+ * until it has (for a FIFO, until a writer comes). On io_uring (where the
+ * kernel has IORING_OP_OPENAT) the open is a request on the ring instead,
+ * which blocks as open(2) does, in the kernel: a cancellation or deadline
+ * interrupts it there, and nothing is left to wait for; an open that
+ * completed although cancelled returns its fd (the next call sees the
+ * cancellation), which the caller closes. A walk that may meet
  * such files opens with O_NONBLOCK, which a regular file ignores: a FIFO
  * opened so then reads -ESPIPE.
  * Each returns what the POSIX call returns (an fd, a count, 0) or a
@@ -1365,7 +1370,8 @@ int weft_getaddrinfo(const char *node, const char *service,
  * -EBADF for an fd < 0 (whatever the offset), -ESPIPE for a read or write on a
  * pipe or socket (as pread; fsync there gives fsync's own -EINVAL), -ENOMEM,
  * -EAGAIN (no worker thread could be started). A cancelled open closes the fd
- * it got; a cancelled (or timed-out) close still closes. The calls of a
+ * it got (on the pool; on io_uring, above, it returns it); a cancelled (or
+ * timed-out) close still closes. The calls of a
  * cancelled read or write still run on the pool: weft_file_close of an fd with
  * such calls in flight returns at once (0, or -ECANCELED for a cancelled task)
  * and closes the fd when the last of them has ended, so its number is not

@@ -148,6 +148,10 @@ struct weft__backend {
   int (*input_queued)(weft_loop *loop, int fd);
   ssize_t (*file)(weft_loop *loop, int op, int fd, void *buf, size_t len,
                   off_t offset);
+  /* Optional. open: weft_file_open (flags with O_CLOEXEC) done by the
+   * backend: the fd or a negative errno, or -ENOSYS, before anything is
+   * tried, to leave it to the pool. */
+  int (*open)(weft_loop *loop, const char *path, int flags, mode_t mode);
   void (*quiesce)(weft_loop *loop);
 };
 

@@ -87,6 +87,8 @@ typedef struct uring_op {
   uint8_t linked;    /* w is on the fd's list, counted in loop->nwaiters */
   uint8_t retracted; /* made a no-op before submission: res stays */
   uint8_t closes;    /* weft_close's IORING_OP_CLOSE */
+  uint8_t drop_fd;   /* an open whose task the loop dropped: the fd it
+                      * brings is closed (drop_opened) */
   struct io_uring_sqe *sqe;     /* its SQE, while it may not be submitted */
   unsigned batch;               /* uring_state.batch when it was prepared */
   uint8_t queued;               /* on a waitlist: the one below */
@@ -178,13 +180,15 @@ typedef struct uring_state {
   char *bufs;                   /* ... and the buffers it hands out */
   rx_links *links;              /* ... and the queues through them */
   int draining;                 /* quiesce: completions wake nobody */
+  int openat; /* IORING_OP_OPENAT is there: weft_file_open is a request */
 } uring_state;
 
 static inline uring_state *state(weft_loop *loop) { return loop->backend_data; }
 
 /* ---- setting up --------------------------------------------------------- */
 /* The operations weft submits; a kernel without one of them is refused
- * (the loop falls back to epoll). */
+ * (the loop falls back to epoll). IORING_OP_OPENAT is not needed: without
+ * it weft_file_open goes to the pool (st->openat). */
 static const struct {
   int op;
   const char *name;
@@ -208,7 +212,8 @@ static __thread const char *why_not;
 
 const char *weft__uring_why_not(void) { return why_not; }
 
-static int probe_ring(struct io_uring *ring, const struct io_uring_params *p) {
+static int probe_ring(struct io_uring *ring, const struct io_uring_params *p,
+                      int *openat) {
   /* EXT_ARG: the wait's timeout goes with io_uring_enter, no timeout SQE;
    * NODROP: a full completion queue loses nothing; RW_CUR_POS: offset -1
    * reads a pipe or a socket. */
@@ -232,6 +237,7 @@ static int probe_ring(struct io_uring *ring, const struct io_uring_params *p) {
       why_not = msg;
       rc = -ENOSYS;
     }
+  *openat = io_uring_opcode_supported(pr, IORING_OP_OPENAT);
   io_uring_free_probe(pr);
   return rc;
 }
@@ -287,7 +293,7 @@ static int uring_init(weft_loop *loop) {
     weft__free(st);
     return rc;
   }
-  if ((rc = probe_ring(&st->ring, &p)) < 0 ||
+  if ((rc = probe_ring(&st->ring, &p, &st->openat)) < 0 ||
       (rc = enter_once(&st->ring)) < 0) {
     io_uring_queue_exit(&st->ring);
     weft__free(st);
@@ -410,8 +416,11 @@ static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res,
   u->done = 1;
   u->w.task->io = NULL;
   st->ninflight--;
-  if (st->draining)
+  if (st->draining) {
+    if (u->drop_fd && u->res >= 0)
+      close(u->res);
     return;
+  }
   op_unlink(loop, u);
   weft__wake(u->w.task, 0);
 }
@@ -538,6 +547,7 @@ static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
   u->w.events = 0;
   u->res = 0;
   u->done = u->linked = u->retracted = u->queued = u->closes = 0;
+  u->drop_fd = 0;
   u->sqe = sqe;
   u->batch = st->batch;
   u->w.task->io = u;
@@ -1563,6 +1573,47 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
   return n;
 }
 
+/* A task dropped by weft_loop_free in weft_file_open: the fd its open
+ * got, or will get while quiesce waits for the request, is closed. */
+static void drop_opened(weft_loop *loop, weft__held *h) {
+  uring_op *u = ((held_accept *)h)->u;
+  (void)loop;
+  if (!u->done)
+    u->drop_fd = 1; /* complete() closes it */
+  else if (u->res >= 0)
+    close(u->res);
+}
+
+/* weft_file_open: an IORING_OP_OPENAT request, or -ENOSYS (said before
+ * anything is tried) where the kernel lacks it: the pool's job. The
+ * request is forced to the kernel's worker threads (IOSQE_ASYNC): tried
+ * inline first, the kernel opens with O_NONBLOCK, so a FIFO with no
+ * writer would open at once (-ENXIO with no reader), unlike open(2) and
+ * the pool; a worker opens as open(2) does, and blocks as it does. A
+ * cancellation reaches a worker asleep in such an open (it returns
+ * -ERESTARTSYS, and the call why it stopped). The kernel copies the path
+ * at submission, and the call returns after the completion in any case,
+ * so the caller's path is enough. An open that completed although
+ * cancelled returns its fd (as await_op returns what a request did). */
+static int uring_open(weft_loop *loop, const char *path, int flags,
+                      mode_t mode) {
+  uring_state *st = state(loop);
+  if (!st->openat)
+    return -ENOSYS;
+  int rc = weft__checkpoint();
+  if (rc < 0)
+    return rc;
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_openat(sqe, AT_FDCWD, path, flags, mode);
+  sqe->flags |= IOSQE_ASYNC;
+  uring_op u;
+  held_accept held = {.u = &u};
+  weft__hold(&held.h, drop_opened);
+  rc = await_op(loop, st, &u, sqe, WAIT_OTHER, -1, 1);
+  weft__unhold(&held.h);
+  return rc;
+}
+
 /* Before the stacks are freed: cancel what is still in flight, and wait
  * until the kernel has let go of every buffer. */
 static void uring_quiesce(weft_loop *loop) {
@@ -1627,6 +1678,7 @@ const weft__backend weft__backend_uring = {
     .retract = uring_retract,
     .input_queued = uring_input_queued,
     .file = uring_file,
+    .open = uring_open,
     .quiesce = uring_quiesce,
 };
 

@@ -1,9 +1,10 @@
 /*
  * Layer 5: files. A regular file is always "ready" to epoll and poll, and a
  * read of a cold page blocks the thread in the kernel, so the calls run on
- * the executor's pool; on io_uring, read, write, fsync and close are ring
- * requests (native(), through loop->backend->file), and only the open
- * goes to the pool.
+ * the executor's pool; on io_uring, open, read, write, fsync and close
+ * are ring requests (loop->backend->open; native(), through
+ * loop->backend->file), and the open goes to the pool only where the
+ * kernel lacks IORING_OP_OPENAT.
  *
  * Each call is one job whose record carries what the call needs: the path
  * of an open, a buffer for the data of a read or a write. A read lands in
@@ -145,6 +146,23 @@ static uint8_t cache_bits(int open_flags) {
   return FD_FILE_PROBED | (open_flags & O_DIRECT ? FD_FILE_NO_NOWAIT : 0);
 }
 
+/* An open's result r (an fd or -errno), opened with these flags: a new
+ * fd's entry starts afresh. What the table said of its number was about
+ * one closed behind weft's back (a pipe's flags would send the file's
+ * calls the pipe's way). */
+static int opened(weft_loop *loop, int r, int flags) {
+  if (r >= 0) {
+    weft__fd *e = weft__fd_fresh(loop, r);
+    if (e)
+      e->file = cache_bits(flags);
+    else {
+      close(r);
+      r = -ENOMEM;
+    }
+  }
+  return r;
+}
+
 /* Runs f on the pool and frees it. Returns the call's result (a read's
  * bytes copied to `out` first), or a negative errno if the caller stopped
  * waiting (-ECANCELED, -ETIMEDOUT: if the job was queued, fop_release
@@ -180,18 +198,8 @@ static ssize_t fop_run(fop *f, void *out) {
   ssize_t r = f->rc;
   if (f->op == F_READ && r > 0)
     memcpy(out, f->data, (size_t)r);
-  /* A new fd: what the table said of its number was about one closed
-   * behind weft's back (a pipe's flags would send the file's calls the
-   * pipe's way). */
-  if (f->op == F_OPEN && r >= 0) {
-    weft__fd *e = weft__fd_fresh(f->loop, (int)r);
-    if (e)
-      e->file = cache_bits(f->flags);
-    else {
-      close((int)r);
-      r = -ENOMEM;
-    }
-  }
+  if (f->op == F_OPEN)
+    r = opened(f->loop, (int)r, f->flags);
   fop_ended(f);
   weft__free(f);
   return r;
@@ -203,6 +211,12 @@ static int in_task(void) { return weft__running_task() != NULL; }
 int weft_file_open(const char *path, int flags, mode_t mode) {
   if (!path || !in_task())
     return -EINVAL;
+  weft_loop *loop = weft__running_task()->loop;
+  if (loop->backend->open) { /* io_uring: a request on the ring */
+    int r = loop->backend->open(loop, path, flags | O_CLOEXEC, mode);
+    if (r != -ENOSYS)
+      return opened(loop, r, flags);
+  }
   size_t n = strlen(path) + 1;
   fop *f = fop_new(F_OPEN, -1, n);
   if (!f)

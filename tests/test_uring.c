@@ -18,6 +18,9 @@
  *    cancels them and waits, so none consumes data afterwards;
  *  - a cancelled file read whose request never left the turn does not
  *    touch the buffer;
+ *  - weft_file_open of a FIFO waits for the other end, as open(2) does,
+ *    and a loop freed with such an open in the kernel cancels it and
+ *    leaks no fd;
  *  - a regular file weft_read by 8 tasks at its position, the page cache
  *    cold: each byte comes once (ring reads at offset -1 in flight together
  *    started at the same place);
@@ -55,6 +58,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 
 #define P(x) ((void *)(intptr_t)(x))
@@ -426,9 +430,10 @@ static void cancel_cb(void *task) { CHECK_EQ(weft_cancel(task), 0); }
 
 static void *file_main(void *arg) {
   const char *path = arg;
-  /* The open runs on the pool: the loop blocks in its poll meanwhile, so
-   * the callback below runs at the start of the next turn, before the
-   * loop submits anything. */
+  /* The open is a request on the ring (or, without IORING_OP_OPENAT, a
+   * pool job): the loop blocks in its poll meanwhile, so the callback
+   * below runs at the start of the next turn, before the loop submits
+   * anything. */
   int fd = weft_file_open(path, O_RDONLY, 0);
   CHECK_GE(fd, 0);
   memset(fbuf, 0xAA, sizeof fbuf);
@@ -572,6 +577,118 @@ static void test_file(void) {
   CHECK_EQ(check_fd_count(), fds);
   unlink(path);
   printf("  file read cancelled at once, offset -1 and pipes refused: ok\n");
+}
+
+/* ---- file opens of a FIFO on the ring ----------------------------------- */
+/* The ring's open behaves as open(2): a FIFO opened for reading waits for
+ * a writer, and for writing, for a reader (the kernel's inline try, with
+ * O_NONBLOCK, would open the first at once and fail the second with
+ * -ENXIO: weft forces the request to a worker). Its fd is not left
+ * O_NONBLOCK. */
+static char fifo[64];
+
+static void *fifo_peer(void *arg) {
+  int flags = (int)I(arg);
+  CHECK_EQ(weft_sleep(WEFT_MS(50)), 0);
+  /* The opener is in its open, counted as the FIFO's other end, so this
+   * non-blocking open succeeds (it may take a few tries under load). */
+  int fd = -1;
+  for (int i = 0; i < 2000 && fd < 0; i++)
+    if ((fd = open(fifo, flags | O_NONBLOCK | O_CLOEXEC)) < 0) {
+      CHECK_EQ(errno, ENXIO);
+      CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+    }
+  CHECK_GE(fd, 0);
+  return P(fd);
+}
+
+static void *fifo_open_main(void *arg) {
+  int flags = (int)I(arg);
+  int64_t t0 = weft_now();
+  weft_task *peer =
+      weft_spawn(fifo_peer, P(flags == O_RDONLY ? O_WRONLY : O_RDONLY));
+  CHECK(peer);
+  int fd = weft_file_open(fifo, flags, 0);
+  CHECK_GE(fd, 0);
+  CHECK_GE(weft_now() - t0, WEFT_MS(50)); /* it waited for the peer */
+  CHECK_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+  void *other;
+  CHECK_EQ(weft_join(peer, &other), 0);
+  CHECK_EQ(close((int)I(other)), 0);
+  CHECK_EQ(weft_file_close(fd), 0);
+  return NULL;
+}
+
+/* Never returns: the loop is stopped and freed, which cancels the open. */
+static void *fifo_stuck(void *arg) {
+  (void)arg;
+  weft_file_open(fifo, O_RDONLY, 0);
+  CHECK(0);
+  return NULL;
+}
+
+/* Opens (of the FIFO with O_NONBLOCK, which a reader opens at once)
+ * cancelled at every point of their life: each
+ * returns an fd (it completed first: the caller's, closed here) or
+ * -ECANCELED, and none is lost (the fd count). */
+#define OPEN_ROUNDS 2000
+static int opens_done, opens_cancelled;
+
+static void *open_one(void *arg) {
+  (void)arg;
+  int fd = weft_file_open(fifo, O_RDONLY | O_NONBLOCK, 0);
+  if (fd >= 0) {
+    opens_done++;
+    CHECK_EQ(close(fd), 0);
+  } else {
+    CHECK_EQ(fd, -ECANCELED);
+    opens_cancelled++;
+  }
+  return NULL;
+}
+
+static void *open_cancel_main(void *arg) {
+  (void)arg;
+  for (int i = 0; i < OPEN_ROUNDS; i++) {
+    weft_task *t = weft_spawn(open_one, NULL);
+    CHECK(t);
+    for (int k = 0; k < i % 5; k++)
+      CHECK_EQ(weft_yield(), 0);
+    weft_cancel(t); /* 0, or -ESRCH once it has ended */
+    CHECK_EQ(weft_join(t, NULL), 0);
+  }
+  return NULL;
+}
+
+static void test_file_fifo(void) {
+  char dir[] = "/tmp/weft-uring-XXXXXX";
+  CHECK(mkdtemp(dir));
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  CHECK_EQ(mkfifo(fifo, 0600), 0);
+  int fds = check_fd_count();
+  run_on_uring(fifo_open_main, P(O_RDONLY));
+  run_on_uring(fifo_open_main, P(O_WRONLY));
+  CHECK_EQ(check_fd_count(), fds);
+  /* A loop freed with an open asleep in the kernel: weft_loop_free
+   * cancels it and returns (a pool job there held the loop until a writer
+   * came), and no fd is left. */
+  weft_loop *loop = uring_loop();
+  CHECK(weft_spawn(fifo_stuck, NULL));
+  CHECK(weft_spawn(stopper, NULL));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  int64_t t0 = weft_now();
+  weft_loop_free(loop);
+  CHECK_LT(weft_now() - t0, WEFT_SEC(2));
+  CHECK_EQ(check_fd_count(), fds);
+  run_on_uring(open_cancel_main, NULL);
+  CHECK_EQ(check_fd_count(), fds);
+  CHECK_EQ(opens_done + opens_cancelled, OPEN_ROUNDS);
+  printf("  file opens cancelled, %d rounds: ok (%d returned an fd, %d "
+         "-ECANCELED)\n",
+         OPEN_ROUNDS, opens_done, opens_cancelled);
+  CHECK_EQ(unlink(fifo), 0);
+  CHECK_EQ(rmdir(dir), 0);
+  printf("  file opens of a FIFO wait for the peer; freed loop cancels: ok\n");
 }
 
 /* ---- multishot accept ----------------------------------------------------- */
@@ -1058,6 +1175,7 @@ int main(void) {
   test_close();
   test_free_in_flight();
   test_file();
+  test_file_fifo();
   test_file_shared();
   test_accept();
   test_huge();
