@@ -1361,18 +1361,19 @@ int weft_getaddrinfo(const char *node, const char *service,
  * which blocks as open(2) does, in the kernel: a cancellation or deadline
  * interrupts it there, and nothing is left to wait for; an open that
  * completed although cancelled returns its fd (the next call sees the
- * cancellation), which the caller closes. A walk that may meet
- * such files opens with O_NONBLOCK, which a regular file ignores: a FIFO
- * opened so then reads -ESPIPE.
+ * cancellation), which the caller closes. A walk that may meet such
+ * files opens with O_NONBLOCK, which a regular file ignores: a FIFO opened
+ * so then reads -ESPIPE.
  * Each returns what the POSIX call returns (an fd, a count, 0) or a
  * negative errno; -ECANCELED, -ETIMEDOUT, -EINVAL outside a task, with
  * an offset < 0 or with buf NULL and len > 0 (where pread would fault),
  * -EBADF for an fd < 0 (whatever the offset), -ESPIPE for a read or write on a
  * pipe or socket (as pread; fsync there gives fsync's own -EINVAL), -ENOMEM,
  * -EAGAIN (no worker thread could be started). A cancelled open closes the fd
- * it got (on the pool; on io_uring, above, it returns it); a cancelled (or
- * timed-out) close still closes. The calls of a
- * cancelled read or write still run on the pool: weft_file_close of an fd with
+ * it got (on the pool; on io_uring an open that completed although
+ * cancelled returns it, above); a cancelled (or timed-out) close still
+ * closes. The calls of a cancelled read or write still run on the pool:
+ * weft_file_close of an fd with
  * such calls in flight returns at once (0, or -ECANCELED for a cancelled task)
  * and closes the fd when the last of them has ended, so its number is not
  * reused before (close files with weft_file_close, not weft_close).
