@@ -889,15 +889,16 @@ static void undo_accept(weft_task *t, void *arg) {
     accept_cancel(t->loop, state(t->loop), l);
 }
 
-/* A connection handed to a waiting call whose task has not run yet is the
- * task's: a loop freed before it runs closes it (weft__hold). */
+/* An fd a request brought (a connection handed to a waiting accept, an
+ * open's) whose task has not run yet is the task's: a loop freed before
+ * it runs closes it (weft__hold). */
 typedef struct {
   weft__held h;
   uring_op *u;
-} held_accept;
+} held_fd;
 
 static void drop_accepted(weft_loop *loop, weft__held *h) {
-  uring_op *u = ((held_accept *)h)->u;
+  uring_op *u = ((held_fd *)h)->u;
   (void)loop;
   if (u->done && u->res >= 0)
     close(u->res);
@@ -925,7 +926,7 @@ static ssize_t accept_multishot(weft_loop *loop, uring_state *st, int fd,
   if (!l->ms.armed)
     accept_arm(loop, st, l);
   uring_op u = {.l = l};
-  held_accept held = {.u = &u};
+  held_fd held = {.u = &u};
   weft__hold(&held.h, drop_accepted);
   int rc = waitlist_park(loop, &l->ms.waiting, &u, fd, undo_accept);
   weft__unhold(&held.h);
@@ -1576,7 +1577,7 @@ static ssize_t uring_file(weft_loop *loop, int op, int fd, void *buf,
 /* A task dropped by weft_loop_free in weft_file_open: the fd its open
  * got, or will get while quiesce waits for the request, is closed. */
 static void drop_opened(weft_loop *loop, weft__held *h) {
-  uring_op *u = ((held_accept *)h)->u;
+  uring_op *u = ((held_fd *)h)->u;
   (void)loop;
   if (!u->done)
     u->drop_fd = 1; /* complete() closes it */
@@ -1607,7 +1608,7 @@ static int uring_open(weft_loop *loop, const char *path, int flags,
   io_uring_prep_openat(sqe, AT_FDCWD, path, flags, mode);
   sqe->flags |= IOSQE_ASYNC;
   uring_op u;
-  held_accept held = {.u = &u};
+  held_fd held = {.u = &u};
   weft__hold(&held.h, drop_opened);
   rc = await_op(loop, st, &u, sqe, WAIT_OTHER, -1, 1);
   weft__unhold(&held.h);
