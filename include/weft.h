@@ -552,7 +552,9 @@ int weft_tcp_listen(const char *host, int port, int backlog);
  * kernel's timeout (-ETIMEDOUT, SYNs unanswered) moves on to the next, a
  * cancellation or the caller's deadline ends the walk. Returns the connected fd
  * or a negative errno (the last address's error; -ENOENT: no such name; -EINVAL
- * outside a task, at once). */
+ * outside a task, at once, and for a host NULL or "", which unlike
+ * weft_tcp_listen's names no address, a port outside 0..65535, or brackets
+ * around anything but an IPv6 address). */
 int weft_tcp_connect(const char *host, int port);
 
 /* A UDP socket bound to host:port (port 0: any free port; host NULL or "":
