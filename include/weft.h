@@ -658,6 +658,14 @@ int weft_stream_flush(weft_stream *s);
 /* The stream's fd (still owned by the stream). */
 int weft_stream_fd(const weft_stream *s);
 
+/* The bytes read from the fd and not yet taken by a read call (Go's
+ * bufio.Reader.Buffered); 0 for NULL. What the kernel still holds is not
+ * counted. A server answering pipelined requests flushes when it is 0 (no
+ * request waits in the buffer), so a batch of requests gets one write; a
+ * client putting a keep-alive connection back in its pool checks it is 0
+ * (stray bytes would be taken for the next answer). */
+size_t weft_stream_buffered(const weft_stream *s);
+
 /* Flushes, closes the fd and frees the stream (all of them, even if the
  * flush fails). Returns 0 or the first error. NULL is ignored. The flush
  * waits, as a write does, for as long as the peer takes to read, bounded

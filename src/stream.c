@@ -71,6 +71,12 @@ weft_stream *weft_stream_new(int fd, size_t bufsize) {
 
 int weft_stream_fd(const weft_stream *s) { return s ? s->fd : -EINVAL; }
 
+/* (A line being skipped is never in rbuf between calls: readline and
+ * skip_rest drop what they have of it before they wait.) */
+size_t weft_stream_buffered(const weft_stream *s) {
+  return s ? s->rlen - s->rpos : 0;
+}
+
 /* ---- waiting ------------------------------------------------------------ */
 /* The calls below may wait; a task dropped while it waits (its loop freed
  * under it) never returns to leave() (see the end), so the loop ends its

@@ -288,11 +288,13 @@ static void *short_exact_main(void *arg) {
   char buf[64];
   CHECK_EQ(weft_stream_read(s, buf, 4), 4); /* buffered: 16 read, 4 taken */
   CHECK(memcmp(buf, "0123", 4) == 0);
+  CHECK_EQ(weft_stream_buffered(s), 12);
   /* Larger than the buffer: what is buffered, then straight into buf; end
    * of file after 19. */
   CHECK_EQ(weft_stream_read_exact(s, buf, 40), 19);
   CHECK(memcmp(buf, "456789abcdefghijXYZ", 19) == 0);
   CHECK_EQ(weft_stream_read_exact(s, buf, 4), 0);
+  CHECK_EQ(weft_stream_buffered(s), 0);
   CHECK_EQ(weft_stream_close(s), 0);
   /* Within the buffer's size: end of file after 3 of 8, which it returns
    * (nothing kept back for a later call). */
@@ -308,6 +310,43 @@ static void *short_exact_main(void *arg) {
 }
 
 static void test_short_exact(void) { check_run(short_exact_main, NULL); }
+
+/* ---- weft_stream_buffered -------------------------------------------------
+ * What a read left in the buffer; not what the kernel holds, nor a line
+ * being skipped. */
+static void *buffered_main(void *arg) {
+  (void)arg;
+  int sv[2];
+  char buf[16];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_stream *s = weft_stream_new(sv[0], 16);
+  CHECK_EQ(weft_stream_buffered(s), 0);
+  CHECK_EQ(weft_write_all(sv[1], "a\nbb\nccc", 8), 8);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 2);
+  CHECK_EQ(weft_stream_buffered(s), 6); /* "bb\nccc" */
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 3);
+  CHECK_EQ(weft_stream_buffered(s), 3);
+  CHECK_EQ(weft_stream_read(s, buf, sizeof buf), 3);
+  CHECK_EQ(weft_stream_buffered(s), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  /* A line longer than the buffer: its first 4 bytes are dropped at once,
+   * and the rest ("ong\n", and the next line) is still the kernel's. */
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  s = weft_stream_new(sv[0], 4);
+  CHECK_EQ(weft_write_all(sv[1], "toolong\nxy\n", 11), 11);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), -EMSGSIZE);
+  CHECK_EQ(weft_stream_buffered(s), 0);
+  CHECK_EQ(weft_stream_readline(s, buf, sizeof buf), 3);
+  CHECK_STR_EQ(buf, "xy\n");
+  CHECK_EQ(weft_stream_buffered(s), 0);
+  CHECK_EQ(weft_stream_close(s), 0);
+  CHECK_EQ(weft_close(sv[1]), 0);
+  CHECK_EQ(weft_stream_buffered(NULL), 0);
+  return NULL;
+}
+
+static void test_buffered(void) { check_run(buffered_main, NULL); }
 
 /* ---- a reset in the middle of a large read_exact --------------------------
  * A connection reset after 100 bytes: a read_exact larger than the buffer
@@ -828,6 +867,7 @@ int main(void) {
   weft_loop_free(split_loop);
   test_records();
   test_short_exact();
+  test_buffered();
   test_reset_exact();
   test_flood();
   test_abort();
