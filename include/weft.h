@@ -500,7 +500,8 @@ ssize_t weft_write_all(int fd, const void *buf, size_t len);
  * io_uring, connections are accepted ahead of the calls and queued in the
  * process (64, and more in a burst that comes while the loop is busy:
  * docs/io.md, "io_uring"), so a server that stops calling weft_accept to
- * cap its connections still holds those fds. */
+ * cap its connections still holds those fds. The spare fd (/dev/null,
+ * opened at the first call) stays open until weft_loop_free. */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Connects fd (made non-blocking) and waits for the result: 0 or a negative
@@ -509,7 +510,12 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 
 /* Closes fd, first waking every task waiting on it with -EBADF. Returns 0 or
- * close()'s error (a negative errno). On a thread where no loop runs (a
+ * close()'s error (a negative errno). From a task on io_uring the close is
+ * a request on the ring that the caller waits for, so other ready tasks
+ * may run before it returns (it is no cancellation point: the fd is closed
+ * even in a cancelled task); on epoll and poll, and outside a task, it
+ * closes at once. weft_stream_close and weft_stream_abort close so too.
+ * On a thread where no loop runs (a
  * job of weft_run_in_thread, say) it is a plain close(2), which no loop
  * hears of: close an fd a loop has used on that loop's thread. */
 int weft_close(int fd);
