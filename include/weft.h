@@ -1194,6 +1194,13 @@ weft_actor *weft_actor_self(void);
 /* The actor's task (for weft_cancel), NULL once it has ended. */
 weft_task *weft_actor_task(weft_actor *a);
 
+/* The messages in a's mailbox, not yet received (senders waiting for room
+ * are not counted); 0 once it has ended, and for NULL. Read it on the
+ * actor's loop. An actor that writes what it receives to a stream flushes
+ * when weft_actor_pending(weft_actor_self()) is 0: one write for a batch
+ * of messages. */
+size_t weft_actor_pending(const weft_actor *a);
+
 /* Waits until the actor has ended (its fn returned and its mailbox was
  * released): 0, at once if it already has (a handle of an ended actor
  * stays valid for this, as for sends); a cancellation point: -ECANCELED,

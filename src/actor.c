@@ -610,6 +610,11 @@ weft_task *weft_actor_task(weft_actor *h) {
   return a ? a->task : NULL;
 }
 
+size_t weft_actor_pending(const weft_actor *h) {
+  const weft_actor *a = h ? record_of(h) : NULL;
+  return a ? a->len : 0;
+}
+
 /* ---- waiting for the end ---------------------------------------------- */
 int weft_actor_wait(weft_actor *h) {
   weft_task *t = weft__running_task();

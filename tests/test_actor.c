@@ -358,10 +358,12 @@ static int try_main(void *unused) {
   CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
   CHECK_EQ(weft_actor_try_send("try", P(2)), 0);
   CHECK_EQ(weft_actor_try_send_to(a, P(3)), -EAGAIN); /* full */
+  CHECK_EQ(weft_actor_pending(a), 2);
   send_job j;
   weft_task *t = start_sender(&j, a, 10);
   settle();
   CHECK_EQ(j.done, 0); /* waits for room */
+  CHECK_EQ(weft_actor_pending(a), 2); /* a sender waiting is not counted */
   CHECK_EQ(weft_actor_try_send("try", P(4)), -EAGAIN);
   CHECK_EQ(weft_actor_try_send("nobody", P(5)), -ENOENT);
   CHECK_EQ(weft_actor_try_send(NULL, P(5)), -EINVAL);
@@ -373,11 +375,42 @@ static int try_main(void *unused) {
   wait_ended(a);
   check_got(&s, (intptr_t[]){1, 2, 10}, 3);
   CHECK_EQ(weft_actor_try_send_to(a, P(6)), -ENOENT); /* ended */
+  CHECK_EQ(weft_actor_pending(a), 0);
+  CHECK_EQ(weft_actor_pending(NULL), 0);
   weft_future_release(gate);
   return 0;
 }
 
+/* An actor sees its own backlog shrink as it receives: a writer flushes
+ * at 0. */
+static void *counter_of_pending(void *arg) {
+  size_t *left = arg;
+  void *msg;
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ(weft_actor_recv(&msg), 0);
+    left[i] = weft_actor_pending(weft_actor_self());
+  }
+  return NULL;
+}
+
+static int pending_main(void *unused) {
+  (void)unused;
+  size_t left[3] = {9, 9, 9};
+  weft_actor *a = weft_actor_spawn(NULL, counter_of_pending, left);
+  CHECK(a);
+  CHECK_EQ(weft_actor_pending(a), 0);
+  for (int i = 1; i <= 3; i++)
+    CHECK_EQ(weft_actor_send_to(a, P(i)), 0);
+  CHECK_EQ(weft_actor_pending(a), 3);
+  wait_ended(a);
+  CHECK_EQ(left[0], 2);
+  CHECK_EQ(left[1], 1);
+  CHECK_EQ(left[2], 0);
+  return 0;
+}
+
 static void test_try_send(void) {
+  CHECK_EQ(weft_main(pending_main, NULL), 0);
   CHECK_EQ(weft_main(try_main, NULL), 0);
   /* Outside a task, before the loop runs: a mailbox with room takes it,
    * a full one is -EAGAIN (a send would have to wait: -EINVAL). */
