@@ -123,7 +123,11 @@ typedef struct weft_config {
    * while tasks run and, whenever nothing is ready and no I/O event is
    * waiting, jumps to the next timer's deadline at once. Timeouts then
    * take no real time and never race the machine's load. Its time starts
-   * at the real clock's reading when the loop is made. */
+   * at the real clock's reading when the loop is made. The jump waits for
+   * nothing outside the loop's own tasks: a blocking call under a deadline
+   * whose answer comes from a thread or another process (a job on the
+   * pool, a host name in weft_tcp_connect, weft_file_* calls, a peer
+   * outside the loop) returns -ETIMEDOUT at once (docs/loop.md). */
   bool virtual_clock;
 } weft_config;
 
