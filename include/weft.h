@@ -394,7 +394,11 @@ int weft_sleep(int64_t delay);
 
 /* The loop's clock: weft_now() as read at the start of the current turn of
  * the running loop (timers are measured from it), or weft_now() outside a
- * running loop. */
+ * running loop. A turn that starts with no timer armed reads it later, at
+ * the turn's first call that needs it (weft_sleep, a timer, this one), so
+ * it may come after a weft_now() read earlier in the turn: there
+ * weft_scope_enter(&s, weft_now() + d) then weft_sleep(d) gives the sleep
+ * the later deadline and -ETIMEDOUT. */
 int64_t weft_loop_now(void);
 
 /* The name of the backend the loop uses: "epoll", "poll", "io_uring". */
