@@ -522,7 +522,9 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
  * a request on the ring that the caller waits for, so other ready tasks
  * may run before it returns (it is no cancellation point: the fd is closed
  * even in a cancelled task); on epoll and poll, and outside a task, it
- * closes at once. weft_stream_close and weft_stream_abort close so too.
+ * closes at once (on io_uring, the requests for fd in the kernel are
+ * cancelled first, there and then: a listener closed so refuses the next
+ * connection). weft_stream_close and weft_stream_abort close so too.
  * On a thread where no loop runs (a
  * job of weft_run_in_thread, say) it is a plain close(2), which no loop
  * hears of: close an fd a loop has used on that loop's thread. */
@@ -538,7 +540,9 @@ int weft_close(int fd);
  * kernel ahead of the calls goes with it: the connections a listener's
  * multishot accept took are closed (their peers see the end; a plain accept
  * finds only later ones), and with WEFT_URING_PBUF=1 the bytes a socket's
- * multishot recv took are dropped. Returns 0 (also for an fd weft never saw),
+ * multishot recv took are dropped, and every request for the fd in the
+ * kernel has ended when the call returns (none takes what comes next, and
+ * none holds the file open). Returns 0 (also for an fd weft never saw),
  * -EBADF for a negative fd, or -EINVAL where this thread has no loop: call
  * it on the thread of the loop that used the fd. */
 int weft_fd_forget(int fd);

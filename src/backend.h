@@ -129,22 +129,24 @@ struct weft__backend {
    * being closed (closing is 1). */
   void (*unwatch)(weft_loop *loop, int fd, weft__fd *e, int closing);
   /* Optional (completion backends). close: closes fd for the running task
-   * (weft_close, after weft__fd_forget); returns 0 or a negative errno.
+   * (weft_file_close, after weft__fd_forget), waiting as the pool's close
+   * would; returns 0 or a negative errno.
    * file: one weft_file_* call (FILE_READ...) done by the backend, or
    * -ENOSYS to leave it to the pool. quiesce: weft_loop_free calls it
    * before the tasks' stacks go: it waits out every request still in the
    * kernel, since one may still write into a stack. */
   int (*close)(weft_loop *loop, int fd);
-  /* Optional. forget: fd is closed without `close` (outside a task), or
-   * was closed behind weft's back and its number is in use again: drop
-   * what the backend keeps for it. input_queued: nonzero if the backend
+  /* Optional. forget: fd was closed behind weft's back and its number is
+   * in use again (or weft_close, after `closing`): drop what the backend
+   * keeps for it. input_queued: nonzero if the backend
    * holds data received on fd that no call has taken (weft_wait_fd is
    * then ready at once). */
   void (*forget)(weft_loop *loop, int fd);
-  /* Optional. retract: weft_close is about to close(2) fd outside a task:
-   * no request prepared for fd and not yet handed to the kernel may meet
-   * the next file to take the number. */
-  void (*retract)(weft_loop *loop, int fd);
+  /* Optional. closing: weft_close is about to close(2) fd, or
+   * weft_fd_forget to let it go (called before weft__fd_forget, while the
+   * fd's waiters are still on its list): nothing the backend asked of the
+   * kernel for fd may outlive the call, whether submitted or not. */
+  void (*closing)(weft_loop *loop, int fd);
   int (*input_queued)(weft_loop *loop, int fd);
   ssize_t (*file)(weft_loop *loop, int op, int fd, void *buf, size_t len,
                   off_t offset);

@@ -86,7 +86,8 @@ typedef struct uring_op {
   uint8_t done;      /* the completion came */
   uint8_t linked;    /* w is on the fd's list, counted in loop->nwaiters */
   uint8_t retracted; /* made a no-op before submission: res stays */
-  uint8_t closes;    /* weft_close's IORING_OP_CLOSE */
+  uint8_t closes;    /* weft_file_close's IORING_OP_CLOSE */
+  uint8_t cancelled; /* its cancellation is asked already (uring_closing) */
   uint8_t drop_fd;   /* an open whose task the loop dropped: the fd it
                       * brings is closed (drop_opened) */
   struct io_uring_sqe *sqe;     /* its SQE, while it may not be submitted */
@@ -547,6 +548,7 @@ static void op_start(uring_state *st, uring_op *u, struct io_uring_sqe *sqe,
   u->w.events = 0;
   u->res = 0;
   u->done = u->linked = u->retracted = u->queued = u->closes = 0;
+  u->cancelled = 0;
   u->drop_fd = 0;
   u->sqe = sqe;
   u->batch = st->batch;
@@ -586,7 +588,9 @@ static int await_op(weft_loop *loop, uring_state *st, uring_op *u,
     return u->res;
   /* Stopped early: u is off the fd's list (undo, or weft_close). */
   if (!u->done) {
-    if (u->batch == st->batch) {
+    if (u->retracted || u->cancelled) {
+      /* weft_close or weft_fd_forget saw to it (uring_closing). */
+    } else if (u->batch == st->batch) {
       /* Not submitted yet (cancelled in the turn it was made): it becomes
        * a no-op in place, and the kernel never sees the buffer. */
       op_retract(u, u->sqe, -ECANCELED);
@@ -1459,9 +1463,10 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   }
 }
 
-/* weft_close: the close goes through the ring, after the requests already
- * queued for the fd, so none of them can meet another file that took the
- * fd's number meanwhile. A cancelled close still closes. */
+/* weft_file_close: the close goes through the ring, after the requests
+ * already queued for the fd, so none of them can meet another file that
+ * took the fd's number meanwhile; the caller waits for it, as it would for
+ * the pool's close. A cancelled close still closes. */
 static int uring_close(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
   listener_close(loop, st, fd);
@@ -1479,24 +1484,24 @@ static int uring_close(weft_loop *loop, int fd) {
   return u.res == -EINTR ? 0 : u.res;
 }
 
-/* A socket closed without the ring (weft_close outside a task), or closed
- * behind weft's back and its number reused: its multishot requests go. */
+/* A socket closed behind weft's back and its number reused: its multishot
+ * requests go. */
 static void uring_forget(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
   listener_close(loop, st, fd);
   rx_close(loop, st, fd);
 }
 
-/* weft_close outside a task closes the fd at once, with requests for it
- * perhaps prepared and not yet submitted (a turn that finds work waiting
- * does not always enter the kernel). Submitted later, they would act on
- * whatever file takes the number next: a recv would take another
- * socket's bytes. So each becomes a no-op in place, its call -EBADF (its
- * task, woken by weft__fd_forget, sees it in await_op; a file's call,
- * which a close does not wake, when the no-op completes). Only the
- * queue's entries not consumed by the kernel are looked at: 256 at most. */
-static void uring_retract(weft_loop *loop, int fd) {
-  struct io_uring_sq *sq = &state(loop)->ring.sq;
+/* Requests for fd prepared and not yet submitted (a turn that finds work
+ * waiting does not always enter the kernel) become no-ops in place:
+ * submitted after the close, they would act on whatever file takes the
+ * number next (a recv would take another socket's bytes). A call's
+ * returns -EBADF (its task, woken by weft__fd_forget, sees it in
+ * await_op; a file's call, which a close does not wake, when the no-op
+ * completes). Only the queue's entries not consumed by the kernel are
+ * looked at: 256 at most. */
+static void retract_fd(uring_state *st, int fd) {
+  struct io_uring_sq *sq = &st->ring.sq;
   for (unsigned i = *sq->khead; i != sq->sqe_tail; i++) {
     struct io_uring_sqe *sqe = &sq->sqes[i & sq->ring_mask];
     if (sqe->fd != fd || (sqe->flags & IOSQE_FIXED_FILE))
@@ -1508,6 +1513,55 @@ static void uring_retract(weft_loop *loop, int fd) {
       io_uring_prep_nop(sqe);
       io_uring_sqe_set_data64(sqe, 0);
     }
+  }
+}
+
+/* 1 if m's request is in the kernel (armed, and submitted). */
+static int ms_submitted(const uring_state *st, const multishot *m) {
+  return m && m->armed && m->batch != st->batch;
+}
+
+/* weft_close outside a task (in a task the ring's close, after the
+ * cancellations, is waited for) and weft_fd_forget, before they let go of
+ * fd: nothing weft asked of the kernel for fd may outlive the call.
+ * Each request in the kernel holds the file, so a close(2) that left
+ * them to be cancelled at the next turn would not end it at once (a
+ * listener would still take connections, a peer not see the end), and a
+ * multishot recv would take bytes meant for the loop the fd is handed to.
+ * So: the requests not submitted become no-ops; those submitted (the
+ * tasks' calls, a watch, the multishot accept or recv) are cancelled, and
+ * the kernel is entered once, there and then, to end them, only if there
+ * were any: a connection closed after its last read completed costs only
+ * its close(2). The tasks' calls learn -EBADF from weft__fd_forget. (A
+ * file's request is not on the fd's list: as for the ring's close, it
+ * completes.) */
+static void uring_closing(weft_loop *loop, int fd) {
+  uring_state *st = state(loop);
+  retract_fd(st, fd);
+  int n = ms_submitted(st, ms_at(&st->ls, fd)) +
+          ms_submitted(st, ms_at(&st->rxs, fd));
+  listener_close(loop, st, fd);
+  rx_close(loop, st, fd);
+  if ((size_t)fd < loop->nfds) {
+    for (weft__waiter *w = loop->fds[fd].waiters; w; w = w->next) {
+      uring_op *u = (uring_op *)w; /* events 0: a request's (op_start) */
+      if (w->events || u->queued || u->done || u->retracted || u->cancelled)
+        continue; /* a watch's, a multishot's (above), or ended */
+      struct io_uring_sqe *sqe = get_sqe(loop, st);
+      io_uring_prep_cancel(sqe, u, 0);
+      io_uring_sqe_set_data64(sqe, 0);
+      u->cancelled = 1;
+      n++;
+    }
+    weft__fd *e = &loop->fds[fd];
+    if (e->flags & FD_WATCHED) {
+      disarm(loop, st, fd, e);
+      n++;
+    }
+  }
+  if (n) {
+    st->batch++; /* what was prepared is submitted now */
+    (void)io_uring_submit_and_get_events(&st->ring);
   }
 }
 
@@ -1676,7 +1730,7 @@ const weft__backend weft__backend_uring = {
     .per_wait = 1,
     .close = uring_close,
     .forget = uring_forget,
-    .retract = uring_retract,
+    .closing = uring_closing,
     .input_queued = uring_input_queued,
     .file = uring_file,
     .open = uring_open,

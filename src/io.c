@@ -840,15 +840,16 @@ void weft__hold_fd(weft__held_fd *h, int fd) {
   weft__hold(&h->h, drop_fd);
 }
 
-/* What weft_close does before it closes the fd outside the ring: the
- * fd's waiters go, and so does all that the loop and its backend keep of
- * it, requests prepared and not yet submitted included. */
+/* What weft_close does before it closes the fd outside the ring (and
+ * weft_fd_forget): what the backend asked of the kernel for it ends
+ * (io_uring's requests), the fd's waiters go, and so does all that the
+ * loop and its backend keep of it. */
 static void forget_all(weft_loop *loop, int fd) {
+  if (loop->backend->closing)
+    loop->backend->closing(loop, fd);
   weft__fd_forget(loop, fd);
   if (loop->backend->forget)
     loop->backend->forget(loop, fd);
-  if (loop->backend->retract)
-    loop->backend->retract(loop, fd);
 }
 
 int weft_fd_forget(int fd) {

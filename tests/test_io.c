@@ -5,8 +5,10 @@
  *  - a reader parks until a writer (in another task, later) writes; the
  *    bytes arrive exactly, in order, through 4 MiB of write_all;
  *  - weft_wait_fd: the events that are ready, -EINVAL, -EBADF;
- *  - weft_close wakes every task waiting on the fd with -EBADF and leaves
- *    nothing registered: the same fd number, reused, works at once;
+ *  - weft_close wakes every task waiting on the fd with -EBADF, and the
+ *    file is closed when it returns (a pipe's writer gets EPIPE, a
+ *    socket's peer the end, although io_uring's requests held it), and it
+ *    leaves nothing registered: the same fd number, reused, works at once;
  *  - a task woken for an fd that another task closes (and the number
  *    reused) before it runs gets -EBADF, not the new file's data; one
  *    cancelled in that window does not do the read (epoll, poll);
@@ -55,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -183,6 +186,9 @@ static void *close_main(void *arg) {
   CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
   CHECK_EQ(waiting, 3);
   CHECK_EQ(weft_close(p[0]), 0);
+  /* And the pipe's read end is closed when it returns, although the
+   * kernel held it for io_uring's read requests. */
+  CHECK_EQ(weft_write(p[1], "x", 1), -EPIPE);
   void *r;
   CHECK_EQ(weft_join(a, &r), 0);
   CHECK_EQ(I(r), -EBADF);
@@ -204,10 +210,75 @@ static void *close_main(void *arg) {
   CHECK_EQ(weft_close(q[1]), 0);
   CHECK_EQ(weft_close(p[1]), 0);
   CHECK_EQ(weft_close(-1), -EBADF);
+  /* A socket: its peer sees the end at once, although a recv request (a
+   * multishot recv, with WEFT_URING_PBUF=1) held it in the kernel. */
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  weft_task *e = weft_spawn(blocked_reader, P(sv[0]));
+  CHECK(e);
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0); /* it parks, its request submitted */
+  CHECK_EQ(weft_close(sv[0]), 0);
+  char ch;
+  CHECK_EQ(recv(sv[1], &ch, 1, MSG_DONTWAIT), 0);
+  CHECK_EQ(weft_join(e, &r), 0);
+  CHECK_EQ(I(r), -EBADF);
+  CHECK_EQ(weft_close(sv[1]), 0);
   return NULL;
 }
 
-static void test_close_wakes(void) { check_run(close_main, NULL); }
+/* weft_close outside a task (a callback here) closes at once as well:
+ * the listener refuses the next connection, although its multishot
+ * accept held it in the kernel (io_uring), and the peer of a socket a
+ * task reads sees the end. */
+static int oc_port, oc_sock, oc_listener, oc_peer, oc_done;
+
+static void outside_close_cb(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_close(oc_listener), 0);
+  CHECK_EQ(weft_close(oc_sock), 0);
+  char ch;
+  CHECK_EQ(recv(oc_peer, &ch, 1, MSG_DONTWAIT), 0);
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(c, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)oc_port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), -1);
+  CHECK_EQ(errno, ECONNREFUSED);
+  close(c);
+  oc_done = 1;
+}
+
+static void *outside_close_main(void *arg) {
+  (void)arg;
+  CHECK_GE(oc_listener = weft_tcp_listen("127.0.0.1", 0, 0), 0);
+  oc_port = weft_sock_port(oc_listener);
+  int c = weft_tcp_connect("127.0.0.1", oc_port);
+  CHECK_GE(c, 0);
+  int a = weft_accept(oc_listener, NULL, NULL); /* io_uring: multishot */
+  CHECK_GE(a, 0);
+  int sv[2];
+  CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  oc_sock = sv[0];
+  oc_peer = sv[1];
+  weft_task *r = weft_spawn(blocked_reader, P(oc_sock));
+  CHECK(r);
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0); /* requests submitted */
+  CHECK_EQ(weft_call_soon(outside_close_cb, NULL), 0);
+  void *res;
+  CHECK_EQ(weft_join(r, &res), 0);
+  CHECK_EQ(I(res), -EBADF);
+  CHECK_EQ(oc_done, 1);
+  CHECK_EQ(weft_close(oc_peer), 0);
+  CHECK_EQ(weft_close(a), 0);
+  CHECK_EQ(weft_close(c), 0);
+  return NULL;
+}
+
+static void test_close_wakes(void) {
+  check_run(close_main, NULL);
+  check_run(outside_close_main, NULL);
+}
 
 /* ---- many tasks on one fd ------------------------------------------------
  * The fd's waiters are a list in the order they came. Readers that leave
@@ -1141,8 +1212,13 @@ static void *forget_main(void *arg) {
 
   weft_task *t = weft_spawn(fg_parked, NULL);
   CHECK(t);
-  CHECK_EQ(weft_yield(), 0); /* it parks */
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0); /* it parks, its request submitted */
   CHECK_EQ(weft_fd_forget(fg_n), 0);
+  /* What comes now is the fd's new owner's: nothing weft asked of the
+   * kernel (a recv request, a multishot recv) is left to take it. */
+  CHECK_EQ(write(fg_b[1], "abc", 3), 3);
+  CHECK_EQ(recv(fg_n, buf, sizeof buf, MSG_DONTWAIT), 3);
+  CHECK(memcmp(buf, "abc", 3) == 0);
   void *res;
   CHECK_EQ(weft_join(t, &res), 0);
   CHECK_EQ(I(res), -EBADF);
