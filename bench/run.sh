@@ -5,7 +5,9 @@
 #
 #   bench/run.sh [switch|spawn|tasks|timers|future|chan|executor|files|io|
 #                 pages]                   (no argument: all ten; io is two
-#                                          tasks echoing over a socketpair;
+#                                          tasks echoing over a socketpair,
+#                                          and loopback TCP connections of
+#                                          one message each;
 #                                          pages is the machine's cost of a
 #                                          page after a system call, no weft)
 #   bench/run.sh echo                      the echo servers: bench/echo/run.sh
@@ -523,12 +525,14 @@ bench_files() {
 }
 
 # Two tasks echoing over a socketpair (bench/io_pingpong.c), on each
-# backend: the I/O path without a network stack.
+# backend: the I/O path without a network stack. Then connections that
+# carry one message each (bench/connect.c): connect, accept and close.
 bench_io() {
   local i b
   for ((i = 0; i < REPEAT; i++)); do
     for b in epoll poll io_uring; do
       run1 env WEFT_BACKEND=$b "$bin/bench_io_pingpong"
+      run1 env WEFT_BACKEND=$b "$bin/bench_connect"
     done
   done
   report

@@ -513,8 +513,8 @@ ssize_t weft_write_all(int fd, const void *buf, size_t len);
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Connects fd (made non-blocking) and waits for the result: 0 or a negative
- * errno (-ECONNREFUSED, -ETIMEDOUT, ...). If cancelled, the socket is left
- * in an unspecified state: close it. */
+ * errno (-ECONNREFUSED, -ETIMEDOUT, -EISCONN if connected already, ...).
+ * If cancelled, the socket is left in an unspecified state: close it. */
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen);
 
 /* Closes fd, first waking every task waiting on it with -EBADF. Returns 0 or

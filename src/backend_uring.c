@@ -181,15 +181,17 @@ typedef struct uring_state {
   char *bufs;                   /* ... and the buffers it hands out */
   rx_links *links;              /* ... and the queues through them */
   int draining;                 /* quiesce: completions wake nobody */
-  int openat; /* IORING_OP_OPENAT is there: weft_file_open is a request */
+  int openat;  /* IORING_OP_OPENAT is there: weft_file_open is a request */
+  int connect; /* IORING_OP_CONNECT is there: an IP connect is a request */
 } uring_state;
 
 static inline uring_state *state(weft_loop *loop) { return loop->backend_data; }
 
 /* ---- setting up --------------------------------------------------------- */
 /* The operations weft submits; a kernel without one of them is refused
- * (the loop falls back to epoll). IORING_OP_OPENAT is not needed: without
- * it weft_file_open goes to the pool (st->openat). */
+ * (the loop falls back to epoll). IORING_OP_OPENAT and IORING_OP_CONNECT
+ * are not needed: without them weft_file_open goes to the pool
+ * (st->openat), and weft_connect waits for readiness (st->connect). */
 static const struct {
   int op;
   const char *name;
@@ -214,7 +216,7 @@ static __thread const char *why_not;
 const char *weft__uring_why_not(void) { return why_not; }
 
 static int probe_ring(struct io_uring *ring, const struct io_uring_params *p,
-                      int *openat) {
+                      uring_state *st) {
   /* EXT_ARG: the wait's timeout goes with io_uring_enter, no timeout SQE;
    * NODROP: a full completion queue loses nothing; RW_CUR_POS: offset -1
    * reads a pipe or a socket. */
@@ -238,7 +240,8 @@ static int probe_ring(struct io_uring *ring, const struct io_uring_params *p,
       why_not = msg;
       rc = -ENOSYS;
     }
-  *openat = io_uring_opcode_supported(pr, IORING_OP_OPENAT);
+  st->openat = io_uring_opcode_supported(pr, IORING_OP_OPENAT);
+  st->connect = io_uring_opcode_supported(pr, IORING_OP_CONNECT);
   io_uring_free_probe(pr);
   return rc;
 }
@@ -294,7 +297,7 @@ static int uring_init(weft_loop *loop) {
     weft__free(st);
     return rc;
   }
-  if ((rc = probe_ring(&st->ring, &p, &st->openat)) < 0 ||
+  if ((rc = probe_ring(&st->ring, &p, st)) < 0 ||
       (rc = enter_once(&st->ring)) < 0) {
     io_uring_queue_exit(&st->ring);
     weft__free(st);
@@ -1306,6 +1309,33 @@ static int rx_turn_spent(weft_loop *loop, uring_state *st, const weft__op *op) {
   return loop->fds[op->fd].gen != gen ? -EBADF : 0; /* closed meanwhile */
 }
 
+/* weft_connect of an IP socket is one IORING_OP_CONNECT request: the
+ * kernel tries at once and waits for the handshake itself, where io.c's
+ * way takes connect(2), a wait for writability, then getsockopt and
+ * getpeername for the result (three system calls more, each emptying the
+ * TLB on a VM with page-table isolation). A Unix socket keeps io.c's way,
+ * with its back-off while the listener's backlog is full (EAGAIN); so
+ * does a connect while the fault hook is on (tests inject its errors
+ * there), and one on a kernel without the opcode. */
+static int connect_serves(const uring_state *st, const weft__op *op) {
+  if (!st->connect || weft__fault_hook || !op->addr ||
+      op->addrlen_in < sizeof(sa_family_t))
+    return 0;
+  sa_family_t family = op->addr->sa_family;
+  return family == AF_INET || family == AF_INET6;
+}
+
+/* Its result is connect(2)'s: 0, or why not (-ECONNREFUSED, -EISCONN,
+ * -EALREADY...). Cancelled, the request is cancelled in the kernel, and
+ * the socket is left connecting, as io.c's way leaves it (weft.h: close
+ * it). */
+static int uring_connect(weft_loop *loop, uring_state *st, weft__op *op) {
+  struct io_uring_sqe *sqe = get_sqe(loop, st);
+  io_uring_prep_connect(sqe, op->fd, op->addr, op->addrlen_in);
+  uring_op u;
+  return await_op(loop, st, &u, sqe, WAIT_FD_WRITE, op->fd, 0);
+}
+
 static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   int rc = rx_turn_spent(loop, state(loop), op);
   if (rc < 0)
@@ -1330,9 +1360,9 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
   if ((e->flags & FD_UNPOLLABLE) &&
       (op->kind == OP_READ || op->kind == OP_WRITE))
     return weft__io_readiness(loop, op);
-  /* No completion form needed: connect's rules live in io.c, and with
-   * MSG_DONTWAIT the call itself never blocks. */
   uring_state *st = state(loop);
+  if (op->kind == OP_CONNECT && connect_serves(st, op))
+    return uring_connect(loop, st, op);
   int serves =
       weft__op_is_input(op->kind) && op->kind != OP_ACCEPT && !op->plain
           ? rx_serves(st, op, e)
@@ -1347,6 +1377,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       return n;
     }
   }
+  /* With MSG_DONTWAIT the call itself never blocks. */
   if (op->kind == OP_CONNECT || (op->flags & MSG_DONTWAIT))
     return weft__io_readiness(loop, op);
   const int kind = op->kind, fd = op->fd;

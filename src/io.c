@@ -430,9 +430,13 @@ static int start_connect(const weft__op *op) {
 #define CONNECT_BACKOFF_MIN WEFT_MS(1)
 #define CONNECT_BACKOFF_MAX WEFT_MS(100)
 
-/* connect: start it, wait until the socket is writable, read the result.
- * A wake-up that comes before the connection is made (epoll can report a
- * fresh socket writable) is told apart by getpeername. */
+/* connect: start it, wait until the socket is writable, then ask connect
+ * again: Linux answers for the connection itself, 0 once it is made (the
+ * socket is marked connected then: a later connect is -EISCONN, as on
+ * io_uring, whose request asks again too), its error (-ECONNREFUSED...),
+ * or EALREADY for a wake-up that came before it was made (epoll can report
+ * a fresh socket writable). One call, where getsockopt(SO_ERROR) and
+ * getpeername took two (and left a second connect answering 0). */
 static int do_connect(weft_loop *loop, const weft__op op_copy) {
   const weft__op *op = &op_copy;
   int started = start_connect(op);
@@ -450,17 +454,13 @@ static int do_connect(weft_loop *loop, const weft__op op_copy) {
     int revents, rc = wait_on(loop, op->fd, WEFT_WRITE, &revents);
     if (rc < 0)
       return rc;
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (getsockopt(op->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-      return -errno;
-    if (err)
-      return -err;
-    struct sockaddr_storage peer;
-    socklen_t plen = sizeof peer;
-    if (getpeername(op->fd, (struct sockaddr *)&peer, &plen) == 0)
+    int r;
+    do
+      r = connect(op->fd, op->addr, op->addrlen_in);
+    while (r < 0 && errno == EINTR);
+    if (r == 0 || errno == EISCONN)
       return 0;
-    if (errno != ENOTCONN)
+    if (errno != EALREADY && errno != EINPROGRESS)
       return -errno;
   }
 }

@@ -5,8 +5,8 @@
  *    peer's address printed as Python does, echo both ways; "[::1]" is
  *    ::1, and brackets around anything else are -EINVAL;
  *  - 200 clients at once against one accepting task, each checked;
- *  - errors: refused, address in use, a host that is not numeric, a bad
- *    port, Unix paths too long, missing or taken;
+ *  - errors: refused, connected already, address in use, a host that is
+ *    not numeric, a bad port, Unix paths too long, missing or taken;
  *  - Unix stream sockets, a SOCK_SEQPACKET listener's connections (one
  *    message a read), and UDP (sendto / recvfrom with the address);
  *  - a cancelled accept leaves the connection queued for the next one;
@@ -200,6 +200,12 @@ static void *errors_main(void *arg) {
   CHECK_EQ(weft_write(c, "k", 1), 1);
   char k;
   CHECK_EQ(weft_read(a, &k, 1), 1);
+  /* connect(2)'s own answers (io_uring: a connect request's): connected
+   * already; a refused one below. */
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  CHECK_EQ(weft_connect(c, (struct sockaddr *)&sa, sizeof sa), -EISCONN);
   CHECK_EQ(weft_close(a), 0);
   CHECK_EQ(weft_close(c), 0);
   CHECK_EQ(weft_close(lfd), 0);
