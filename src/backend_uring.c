@@ -1309,20 +1309,23 @@ static int rx_turn_spent(weft_loop *loop, uring_state *st, const weft__op *op) {
   return loop->fds[op->fd].gen != gen ? -EBADF : 0; /* closed meanwhile */
 }
 
-/* weft_connect of an IP socket is one IORING_OP_CONNECT request: the
+/* weft_connect of a TCP socket is one IORING_OP_CONNECT request: the
  * kernel tries at once and waits for the handshake itself, where io.c's
- * way takes connect(2), a wait for writability, then getsockopt and
- * getpeername for the result (three system calls more, each emptying the
- * TLB on a VM with page-table isolation). A Unix socket keeps io.c's way,
- * with its back-off while the listener's backlog is full (EAGAIN); so
- * does a connect while the fault hook is on (tests inject its errors
- * there), and one on a kernel without the opcode. */
-static int connect_serves(const uring_state *st, const weft__op *op) {
-  if (!st->connect || weft__fault_hook || !op->addr ||
-      op->addrlen_in < sizeof(sa_family_t))
-    return 0;
-  sa_family_t family = op->addr->sa_family;
-  return family == AF_INET || family == AF_INET6;
+ * way takes connect(2), a wait for writability, then a second connect(2)
+ * for the result (two system calls more, each emptying the TLB on a VM
+ * with page-table isolation). A Unix socket keeps io.c's way, with its
+ * back-off while the listener's backlog is full (EAGAIN); so does a
+ * connect while the fault hook is on (tests inject its errors there), and
+ * one on a kernel without the opcode. The socket's kind (its entry: a
+ * stream socket not of AF_UNIX) decides, not the address's family: the
+ * address is the caller's memory, which the kernel reads (a bad pointer
+ * is its -EFAULT, as on epoll; reading the family here died of it). A
+ * datagram socket, whose connect(2) never waits, keeps io.c's way too: it
+ * returns at once, where a request would wait for the loop's next turn. */
+static int connect_serves(const uring_state *st, const weft__fd *e) {
+  return st->connect && !weft__fault_hook &&
+         (e->flags & (FD_SOCKET | FD_STREAM | FD_UNIX)) ==
+             (FD_SOCKET | FD_STREAM);
 }
 
 /* Its result is connect(2)'s: 0, or why not (-ECONNREFUSED, -EISCONN,
@@ -1361,7 +1364,7 @@ static ssize_t uring_io(weft_loop *loop, weft__op *op) {
       (op->kind == OP_READ || op->kind == OP_WRITE))
     return weft__io_readiness(loop, op);
   uring_state *st = state(loop);
-  if (op->kind == OP_CONNECT && connect_serves(st, op))
+  if (op->kind == OP_CONNECT && connect_serves(st, e))
     return uring_connect(loop, st, op);
   int serves =
       weft__op_is_input(op->kind) && op->kind != OP_ACCEPT && !op->plain

@@ -9,6 +9,10 @@
  *    not numeric, a bad port, Unix paths too long, missing or taken;
  *  - Unix stream sockets, a SOCK_SEQPACKET listener's connections (one
  *    message a read), and UDP (sendto / recvfrom with the address);
+ *  - connect's own answers over IPv4 and IPv6, TCP and UDP: an address
+ *    weft cannot read (-EFAULT), lengths too short, refused twice then
+ *    made on one socket, -EISCONN, UDP's peer set again and dissolved
+ *    with AF_UNSPEC;
  *  - a cancelled accept leaves the connection queued for the next one;
  *    a loop freed while a connect waits closes its socket;
  *  - listening works outside a task, and no fd is left open.
@@ -26,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -465,6 +470,128 @@ static void *udp_main(void *arg) {
 
 static void test_udp(void) { check_run(udp_main, NULL); }
 
+/* ---- connect's corners ---------------------------------------------------
+ * What connect(2) answers, the same on every backend (io_uring: a connect
+ * request for a TCP socket, connect(2) for the others). */
+static struct sockaddr_in loopback4(int port) {
+  return (struct sockaddr_in){.sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+}
+
+/* A port nobody listens on (bound a moment ago, then closed). */
+static int dead_port(int type) {
+  int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+  CHECK_GE(fd, 0);
+  struct sockaddr_in a = loopback4(0);
+  socklen_t len = sizeof a;
+  CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  CHECK_EQ(close(fd), 0);
+  return ntohs(a.sin_port);
+}
+
+static void *connect_corners_main(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 4);
+  CHECK_GE(lfd, 0);
+  struct sockaddr_in la = loopback4(weft_sock_port(lfd));
+  /* An address weft cannot read: the kernel's -EFAULT (io_uring read its
+   * family to choose the way, and died of it). */
+  void *none = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(none != MAP_FAILED);
+  int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(t, 0);
+  CHECK_EQ(weft_connect(t, none, sizeof la), -EFAULT);
+  CHECK_EQ(weft_connect(t, NULL, sizeof la), -EFAULT);
+  /* Lengths too short for the family: -EINVAL. */
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, 0), -EINVAL);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, 4), -EINVAL);
+  /* Refused, twice on the same socket, then made with it, then -EISCONN. */
+  struct sockaddr_in dead = loopback4(dead_port(SOCK_STREAM));
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&dead, sizeof dead),
+           -ECONNREFUSED);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&dead, sizeof dead),
+           -ECONNREFUSED);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, sizeof la), 0);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, sizeof la), -EISCONN);
+  int s = weft_accept(lfd, NULL, NULL);
+  CHECK_GE(s, 0);
+  CHECK(weft_spawn(echo_conn, P(s)));
+  exchange(t, "made at the third try");
+  CHECK_EQ(weft_close(t), 0);
+  /* UDP: connect sets the peer (again and again), AF_UNSPEC dissolves the
+   * association, a dead port's refusal comes with the next recv. */
+  int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(u, 0);
+  int peer = weft_udp_bind("127.0.0.1", 0);
+  CHECK_GE(peer, 0);
+  struct sockaddr_in pa = loopback4(weft_sock_port(peer));
+  CHECK_EQ(weft_connect(u, none, sizeof pa), -EFAULT);
+  CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, 4), -EINVAL);
+  CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, sizeof pa), 0);
+  CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, sizeof pa), 0);
+  char buf[8];
+  CHECK_EQ(weft_send(u, "dg", 2, 0), 2);
+  CHECK_EQ(weft_recv(peer, buf, sizeof buf, 0), 2);
+  struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+  CHECK_EQ(weft_connect(u, &unspec, sizeof unspec), 0);
+  CHECK_EQ(weft_send(u, "dg", 2, 0), -EDESTADDRREQ);
+  dead = loopback4(dead_port(SOCK_DGRAM));
+  CHECK_EQ(weft_connect(u, (struct sockaddr *)&dead, sizeof dead), 0);
+  CHECK_EQ(weft_send(u, "dg", 2, 0), 2);
+  CHECK_EQ(weft_recv(u, buf, sizeof buf, 0), -ECONNREFUSED);
+  CHECK_EQ(weft_close(u), 0);
+  CHECK_EQ(weft_close(peer), 0);
+  CHECK_EQ(munmap(none, 4096), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  return NULL;
+}
+
+/* The same over IPv6: TCP to ::1 (connected already: -EISCONN) and UDP. */
+static void *connect_corners6_main(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("::1", 0, 4);
+  CHECK_GE(lfd, 0);
+  struct sockaddr_in6 la = {.sin6_family = AF_INET6,
+                            .sin6_port = htons((uint16_t)weft_sock_port(lfd)),
+                            .sin6_addr = in6addr_loopback};
+  int t = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(t, 0);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, sizeof la - 8), -EINVAL);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, sizeof la), 0);
+  CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, sizeof la), -EISCONN);
+  int s = weft_accept(lfd, NULL, NULL);
+  CHECK_GE(s, 0);
+  CHECK(weft_spawn(echo_conn, P(s)));
+  exchange(t, "over ::1");
+  CHECK_EQ(weft_close(t), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  int u = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(u, 0);
+  int peer = weft_udp_bind("::1", 0);
+  CHECK_GE(peer, 0);
+  struct sockaddr_in6 pa = la;
+  pa.sin6_port = htons((uint16_t)weft_sock_port(peer));
+  CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, sizeof pa), 0);
+  char buf[8];
+  CHECK_EQ(weft_send(u, "dg6", 3, 0), 3);
+  CHECK_EQ(weft_recv(peer, buf, sizeof buf, 0), 3);
+  struct sockaddr unspec = {.sa_family = AF_UNSPEC};
+  CHECK_EQ(weft_connect(u, &unspec, sizeof unspec), 0);
+  CHECK_EQ(weft_send(u, "dg6", 3, 0), -EDESTADDRREQ);
+  CHECK_EQ(weft_close(u), 0);
+  CHECK_EQ(weft_close(peer), 0);
+  return NULL;
+}
+
+static void test_connect_corners(void) {
+  check_run(connect_corners_main, NULL);
+  if (have_ipv6())
+    check_run(connect_corners6_main, NULL);
+  printf("  connect's corners: ok\n");
+}
+
 /* ---- a cancelled accept takes nothing --------------------------------- */
 static void *accept_once(void *arg) {
   return P(weft_accept((int)I(arg), NULL, NULL));
@@ -740,6 +867,7 @@ int main(void) {
   test_errors();
   test_unix();
   test_udp();
+  test_connect_corners();
   test_cancel_accept();
   test_connect_dropped();
   test_connect_dropped_name();
