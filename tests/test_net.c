@@ -14,7 +14,10 @@
  *    made on one socket, -EISCONN, UDP's peer set again and dissolved
  *    with AF_UNSPEC;
  *  - a cancelled accept leaves the connection queued for the next one;
- *    a loop freed while a connect waits closes its socket;
+ *    a loop freed while a connect waits closes its socket (or leaves the
+ *    caller's own, open);
+ *  - a connect whose socket another task or a callback closes, or a
+ *    callback forgets: -EBADF at once, and the number serves again;
  *  - listening works outside a task, and no fd is left open.
  */
 #include "weft.h"
@@ -707,6 +710,142 @@ static void test_connect_dropped_name(void) {
   printf("  a loop freed while a connect to a name waits: ok\n");
 }
 
+/* The same for weft_connect of the caller's own TCP socket (a connect
+ * request on io_uring: weft_loop_free cancels it, or waits for the SYN's
+ * retries, two minutes). The socket stays the caller's, open. */
+static struct sockaddr_in full_addr;
+
+static void *dropped_raw_connect(void *arg) {
+  weft_connect((int)I(arg), (struct sockaddr *)&full_addr, sizeof full_addr);
+  CHECK(0); /* never resumed */
+  return NULL;
+}
+
+static void test_connect_dropped_raw(void) {
+  int fill[2], port;
+  int lfd = check_full_listener(fill, &port);
+  full_addr = loopback4(port);
+  int fds = check_fd_count();
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(c, 0);
+  int64_t t0 = weft_now();
+  check_drop_in(dropped_raw_connect, P(c));
+  CHECK_LT(weft_now() - t0, WEFT_SEC(1)); /* a SYN is sent again after 1 s */
+  CHECK_EQ(check_fd_count(), fds + 1);
+  CHECK_EQ(close(c), 0);
+  close(fill[0]);
+  close(fill[1]);
+  close(lfd);
+  printf("  a loop freed while a connect of the caller's socket waits: ok\n");
+}
+
+/* ---- a connect's socket closed under it ---------------------------------
+ * A task waits in weft_connect to a listener whose queue is full (its SYN
+ * is dropped; on io_uring the connect request waits in the kernel).
+ * Another task's weft_close, a callback's weft_close (the request is
+ * cancelled there and then) and a callback's weft_fd_forget each end the
+ * call with -EBADF, at once; the number, free again at once, goes to the
+ * next socket, which connects; no fd is left. Each before the loop's next
+ * turn (io_uring: the request not yet submitted) and after it. */
+static int cc_fd, cc_how, cc_late, cc_started;
+
+static void *cc_connector(void *arg) {
+  (void)arg;
+  cc_started = 1;
+  return P(
+      weft_connect(cc_fd, (struct sockaddr *)&full_addr, sizeof full_addr));
+}
+
+/* 1 if the kernel has a TCP socket from port to full_addr in SYN_SENT. */
+static int syn_sent(int port) {
+  FILE *f = fopen("/proc/net/tcp", "r");
+  CHECK(f);
+  char line[256];
+  int found = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned lp, rp, st;
+    if (sscanf(line, " %*d: %*x:%x %*x:%x %x", &lp, &rp, &st) == 3 &&
+        (int)lp == port && rp == ntohs(full_addr.sin_port) && st == 2)
+      found = 1;
+  }
+  fclose(f);
+  return found;
+}
+
+static void cc_close_cb(void *arg) {
+  (void)arg;
+  if (cc_how == 2) {
+    CHECK_EQ(weft_fd_forget(cc_fd), 0);
+    return;
+  }
+  /* The socket has ended when the close returns (a request still in the
+   * kernel would hold it, connecting). */
+  struct sockaddr_in self;
+  socklen_t len = sizeof self;
+  CHECK_EQ(getsockname(cc_fd, (struct sockaddr *)&self, &len), 0);
+  int port = ntohs(self.sin_port);
+  if (!cc_late && port == 0) { /* io_uring: the request not yet submitted */
+    CHECK_EQ(weft_close(cc_fd), 0);
+    return;
+  }
+  CHECK_EQ(syn_sent(port), 1);
+  CHECK_EQ(weft_close(cc_fd), 0);
+  CHECK_EQ(syn_sent(port), 0);
+}
+
+static void *connect_closed_main(void *arg) {
+  (void)arg;
+  int lfd = weft_tcp_listen("127.0.0.1", 0, 4);
+  CHECK_GE(lfd, 0);
+  struct sockaddr_in good = loopback4(weft_sock_port(lfd));
+  for (cc_how = 0; cc_how < 3; cc_how++)
+    for (cc_late = 0; cc_late < 2; cc_late++) {
+      cc_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      CHECK_GE(cc_fd, 0);
+      cc_started = 0;
+      weft_task *t = weft_spawn(cc_connector, NULL);
+      CHECK(t);
+      while (!cc_started) /* then it waits */
+        CHECK_EQ(weft_yield(), 0);
+      if (cc_late)
+        CHECK_EQ(weft_sleep(WEFT_MS(2)), 0);
+      int64_t t0 = weft_now();
+      if (cc_how == 0)
+        CHECK_EQ(weft_close(cc_fd), 0);
+      else
+        CHECK_EQ(weft_call_soon(cc_close_cb, NULL), 0);
+      void *r;
+      CHECK_EQ(weft_join(t, &r), 0);
+      CHECK_EQ(I(r), -EBADF);
+      CHECK_LT(weft_now() - t0, WEFT_SEC(1));
+      if (cc_how == 2) /* forgotten, not closed */
+        CHECK_EQ(close(cc_fd), 0);
+      int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      CHECK_EQ(c, cc_fd);
+      CHECK_EQ(weft_connect(c, (struct sockaddr *)&good, sizeof good), 0);
+      int s = weft_accept(lfd, NULL, NULL);
+      CHECK_GE(s, 0);
+      CHECK(weft_spawn(echo_conn, P(s)));
+      exchange(c, "the number again");
+      CHECK_EQ(weft_close(c), 0);
+    }
+  CHECK_EQ(weft_close(lfd), 0);
+  return NULL;
+}
+
+static void test_connect_closed(void) {
+  int fill[2], port;
+  int lfd = check_full_listener(fill, &port);
+  full_addr = loopback4(port);
+  int fds = check_fd_count();
+  check_run(connect_closed_main, NULL);
+  CHECK_EQ(check_fd_count(), fds);
+  close(fill[0]);
+  close(fill[1]);
+  close(lfd);
+  printf("  a connect's socket closed or forgotten under it: ok\n");
+}
+
 /* ---- accept's corners (io_uring's multishot accept got each wrong) ------ */
 static int plain_connect(int port) {
   int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -871,6 +1010,8 @@ int main(void) {
   test_cancel_accept();
   test_connect_dropped();
   test_connect_dropped_name();
+  test_connect_dropped_raw();
+  test_connect_closed();
   test_accept_corners();
   CHECK_EQ(check_fd_count(), fds);
   printf("test_net: ok\n");
