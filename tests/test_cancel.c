@@ -35,7 +35,9 @@
  * detached and ended, or just ended), -EINVAL for NULL, 0 twice in a row;
  * a task that cancels itself; a completion that woke the task before the
  * cancellation came (join, await, sleep) stands; write_all cancelled
- * midway returns what went out, and the peer got exactly that.
+ * midway returns what went out, and the peer got exactly that; 600
+ * connects to a listener with room, each stopped at another moment, end
+ * made (and usable), -ECANCELED or -ETIMEDOUT.
  *
  * connect: a second connection to a loopback listener with a backlog of 0
  * stays in SYN_SENT (Linux drops the SYN while the accept queue is full).
@@ -1075,6 +1077,126 @@ static void *could_complete_main(void *arg) {
   return NULL;
 }
 
+/* ---- a connect stopped as it completes ----------------------------------
+ * CR_ROUNDS connects to a loopback listener with room, each stopped at
+ * another moment: weft_cancel from this task after 0-4 yields or from a
+ * callback queued then, or a deadline 0-40 us ahead. Each returns 0 (the
+ * connection is made: a byte goes there and back), -ECANCELED or
+ * -ETIMEDOUT, and nothing else (io_uring's connect request may complete
+ * although cancelled: then 0); one cancelled before its task ran is
+ * -ECANCELED. Every socket ends with a reset (no TIME_WAIT pile-up), and
+ * run_case finds nothing left. */
+#define CR_ROUNDS 600
+static struct sockaddr_in cr_addr;
+static int64_t cr_deadline; /* -1: none */
+
+static void *cr_echo(void *arg) {
+  int fd = (int)I(arg);
+  char c;
+  ssize_t n = weft_recv(fd, &c, 1, 0);
+  if (n == 1)
+    CHECK_EQ(weft_send(fd, &c, 1, 0), 1);
+  else
+    CHECK(n == 0 || n == -ECONNRESET); /* a stopped connect, made after */
+  CHECK_EQ(weft_close(fd), 0);
+  return NULL;
+}
+
+static void *cr_server(void *arg) {
+  int lfd = (int)I(arg);
+  for (;;) {
+    int s = weft_accept(lfd, NULL, NULL);
+    if (s == -ECANCELED)
+      return NULL;
+    CHECK_GE(s, 0);
+    CHECK_EQ(weft_go(cr_echo, P(s)), 0);
+  }
+}
+
+static void *cr_connector(void *arg) {
+  int fd = (int)I(arg);
+  if (cr_deadline < 0)
+    return P(weft_connect(fd, (struct sockaddr *)&cr_addr, sizeof cr_addr));
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + cr_deadline);
+  int rc = weft_connect(fd, (struct sockaddr *)&cr_addr, sizeof cr_addr);
+  int ex = weft_scope_exit(&sc);
+  if (rc == -ETIMEDOUT)
+    CHECK_EQ(ex, -ETIMEDOUT);
+  else
+    CHECK_EQ(rc, 0); /* ex: the deadline may have come as it completed */
+  return P(rc);
+}
+
+static int cr_cb_ran;
+
+/* -ESRCH if the connect was over before the callback came. */
+static void cr_cancel_cb(void *arg) {
+  int rc = weft_cancel(arg);
+  CHECK(rc == 0 || rc == -ESRCH);
+  cr_cb_ran = 1;
+}
+
+static void *connect_race_main(void *arg) {
+  (void)arg;
+  int lfd = listen_on(&cr_addr, 64);
+  weft_task *server = weft_spawn(cr_server, P(lfd));
+  CHECK(server);
+  int made = 0, cancelled = 0, timed_out = 0;
+  for (int i = 0; i < CR_ROUNDS; i++) {
+    int how = i % 3, yields = (i / 3) % 5;
+    cr_cb_ran = 0;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_GE(fd, 0);
+    cr_deadline = how == 2 ? yields * (int64_t)10000 : -1;
+    weft_task *t = weft_spawn(cr_connector, P(fd));
+    CHECK(t);
+    if (how == 2) {
+      /* the deadline stops it */
+    } else if (how == 0 && yields == 0) {
+      CHECK_EQ(weft_cancel(t), 0); /* before it ran */
+    } else {
+      for (int k = 0; k < yields; k++)
+        CHECK_EQ(weft_yield(), 0);
+      if (how == 0) {
+        int rc = weft_cancel(t); /* -ESRCH: over already */
+        CHECK(rc == 0 || rc == -ESRCH);
+      } else
+        CHECK_EQ(weft_call_soon(cr_cancel_cb, t), 0);
+    }
+    while (how == 1 && !cr_cb_ran) /* t's handle is good until joined */
+      CHECK_EQ(weft_yield(), 0);
+    void *r;
+    CHECK_EQ(weft_join(t, &r), 0);
+    if (how == 0 && yields == 0)
+      CHECK_EQ(I(r), -ECANCELED);
+    if (I(r) == 0) {
+      made++;
+      CHECK_EQ(weft_send(fd, "k", 1, 0), 1);
+      char c = 0;
+      CHECK_EQ(weft_recv(fd, &c, 1, 0), 1);
+      CHECK_EQ(c, 'k');
+    } else if (I(r) == -ECANCELED) {
+      CHECK_NE(how, 2);
+      cancelled++;
+    } else {
+      CHECK_EQ(I(r), -ETIMEDOUT);
+      CHECK_EQ(how, 2);
+      timed_out++;
+    }
+    struct linger lg = {1, 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    CHECK_EQ(weft_close(fd), 0);
+  }
+  CHECK_GT(made, 0);
+  CHECK_GT(cancelled, 0);
+  CHECK_GT(timed_out, 0);
+  CHECK_EQ(weft_cancel(server), 0);
+  CHECK_EQ(weft_join(server, NULL), 0);
+  CHECK_EQ(weft_close(lfd), 0);
+  return NULL;
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
     int fds = check_fd_count();
@@ -1085,6 +1207,7 @@ int main(void) {
   run_case("weft_cancel's -ESRCH", esrch_main, NULL);
   run_case("a task cancels itself", self_cancel_main, NULL);
   run_case("calls that could complete at once", could_complete_main, NULL);
+  run_case("connects stopped as they complete", connect_race_main, NULL);
   CHECK_EQ(check_fd_count(), fds);
   printf("test_cancel: ok\n");
   return 0;
