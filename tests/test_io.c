@@ -229,8 +229,13 @@ static void *close_main(void *arg) {
 /* weft_close outside a task (a callback here) closes at once as well:
  * the listener refuses the next connection, although its multishot
  * accept held it in the kernel (io_uring), and the peer of a socket a
- * task reads sees the end. */
+ * task reads sees the end. The connections queued at the listener end
+ * with it: the kernel resets those in its queue, and io_uring's weft
+ * closes those its multishot accept took (their clients read the end);
+ * no fd is left. */
+#define OC_QUEUED 3
 static int oc_port, oc_sock, oc_listener, oc_peer, oc_done;
+static int oc_queued[OC_QUEUED];
 
 static void outside_close_cb(void *arg) {
   (void)arg;
@@ -238,6 +243,12 @@ static void outside_close_cb(void *arg) {
   CHECK_EQ(weft_close(oc_sock), 0);
   char ch;
   CHECK_EQ(recv(oc_peer, &ch, 1, MSG_DONTWAIT), 0);
+  for (int i = 0; i < OC_QUEUED; i++) {
+    struct pollfd p = {oc_queued[i], POLLIN, 0};
+    CHECK_EQ(poll(&p, 1, 1000), 1); /* at once, or close to it (a reset) */
+    ssize_t n = recv(oc_queued[i], &ch, 1, MSG_DONTWAIT);
+    CHECK(n == 0 || (n == -1 && errno == ECONNRESET));
+  }
   int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   CHECK_GE(c, 0);
   struct sockaddr_in a = {.sin_family = AF_INET,
@@ -257,6 +268,9 @@ static void *outside_close_main(void *arg) {
   CHECK_GE(c, 0);
   int a = weft_accept(oc_listener, NULL, NULL); /* io_uring: multishot */
   CHECK_GE(a, 0);
+  int fds = check_fd_count();
+  for (int i = 0; i < OC_QUEUED; i++)
+    CHECK_GE(oc_queued[i] = weft_tcp_connect("127.0.0.1", oc_port), 0);
   int sv[2];
   CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   oc_sock = sv[0];
@@ -269,7 +283,10 @@ static void *outside_close_main(void *arg) {
   CHECK_EQ(weft_join(r, &res), 0);
   CHECK_EQ(I(res), -EBADF);
   CHECK_EQ(oc_done, 1);
+  for (int i = 0; i < OC_QUEUED; i++)
+    CHECK_EQ(weft_close(oc_queued[i]), 0);
   CHECK_EQ(weft_close(oc_peer), 0);
+  CHECK_EQ(check_fd_count(), fds - 1); /* the listener */
   CHECK_EQ(weft_close(a), 0);
   CHECK_EQ(weft_close(c), 0);
   return NULL;
