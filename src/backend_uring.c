@@ -1533,9 +1533,10 @@ static void uring_forget(weft_loop *loop, int fd) {
  * returns -EBADF (its task, woken by weft__fd_forget, sees it in
  * await_op; a file's call, which a close does not wake, when the no-op
  * completes). Only the queue's entries not consumed by the kernel are
- * looked at: 256 at most. */
-static void retract_fd(uring_state *st, int fd) {
+ * looked at: 256 at most. Returns 1 if the fd's watch was among them. */
+static int retract_fd(uring_state *st, int fd) {
   struct io_uring_sq *sq = &st->ring.sq;
+  int watch = 0;
   for (unsigned i = *sq->khead; i != sq->sqe_tail; i++) {
     struct io_uring_sqe *sqe = &sq->sqes[i & sq->ring_mask];
     if (sqe->fd != fd || (sqe->flags & IOSQE_FIXED_FILE))
@@ -1544,15 +1545,46 @@ static void retract_fd(uring_state *st, int fd) {
     if (ud && !(ud & TAG_MASK)) { /* a call's: it learns why */
       op_retract((uring_op *)(uintptr_t)ud, sqe, -EBADF);
     } else { /* a watch's: it is gone already */
+      watch |= (int)(ud & 1);
       io_uring_prep_nop(sqe);
       io_uring_sqe_set_data64(sqe, 0);
     }
   }
+  return watch;
 }
 
 /* 1 if m's request is in the kernel (armed, and submitted). */
 static int ms_submitted(const uring_state *st, const multishot *m) {
   return m && m->armed && m->batch != st->batch;
+}
+
+/* 1 if cqe is the last of a request for fd that uring_closing ended: a
+ * call's it cancelled, the watch's poll, or the last of a multishot
+ * request whose record it detached. */
+static int ends_for(const struct io_uring_cqe *cqe, int fd) {
+  uint64_t ud = cqe->user_data;
+  if (!ud)
+    return 0;
+  if (ud & 1)
+    return (int)((uint32_t)ud >> 1) == fd;
+  if (ud & TAG_MASK) {
+    const multishot *m =
+        (const multishot *)(uintptr_t)(ud & ~(uint64_t)TAG_MASK);
+    return m->detached && m->fd == fd && !(cqe->flags & IORING_CQE_F_MORE);
+  }
+  const uring_op *u = (const uring_op *)(uintptr_t)ud;
+  return u->cancelled && u->w.fd == fd;
+}
+
+/* How many requests for fd have ended, their completions in the queue
+ * (not reaped yet). */
+static unsigned ended_for(uring_state *st, int fd) {
+  unsigned head, n = 0;
+  struct io_uring_cqe *cqe;
+  io_uring_for_each_cqe(&st->ring, head, cqe) {
+    n += (unsigned)ends_for(cqe, fd);
+  }
+  return n;
 }
 
 /* weft_close outside a task (in a task the ring's close, after the
@@ -1563,39 +1595,56 @@ static int ms_submitted(const uring_state *st, const multishot *m) {
  * listener would still take connections, a peer not see the end), and a
  * multishot recv would take bytes meant for the loop the fd is handed to.
  * So: the requests not submitted become no-ops; those submitted (the
- * tasks' calls, a watch, the multishot accept or recv) are cancelled, and
- * the kernel is entered once, there and then, to end them, only if there
+ * tasks' calls, the multishot accept or recv, the watch) are cancelled,
+ * and the kernel is entered there and then to end them, only if there
  * were any: a connection closed after its last read completed costs only
  * its close(2). The tasks' calls learn -EBADF from weft__fd_forget. (A
  * file's request is not on the fd's list: as for the ring's close, it
- * completes.) */
+ * completes.)
+ *
+ * A cancelled request ends in the work that an io_uring_enter does for
+ * the ring (DEFER_TASKRUN), in order, and an enter does a bounded batch
+ * of it (20 items on Linux 6.18): with more than that before the last of
+ * fd's (64 tasks reading one socket; or other sockets' completions, in a
+ * busy loop), the file lived on after the close (its peer saw no end).
+ * So the kernel is entered again until every request's last completion
+ * is in the queue, or an enter brings none (a request that ends in its
+ * own time, in a kernel worker). */
 static void uring_closing(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
-  retract_fd(st, fd);
-  int n = ms_submitted(st, ms_at(&st->ls, fd)) +
-          ms_submitted(st, ms_at(&st->rxs, fd));
-  listener_close(loop, st, fd);
-  rx_close(loop, st, fd);
+  int watch_retracted = retract_fd(st, fd);
+  unsigned n = 0;
   if ((size_t)fd < loop->nfds) {
+    /* The calls first, while those waiting on a multishot request are
+     * on its list (queued): they have no request of their own. */
     for (weft__waiter *w = loop->fds[fd].waiters; w; w = w->next) {
       uring_op *u = (uring_op *)w; /* events 0: a request's (op_start) */
       if (w->events || u->queued || u->done || u->retracted || u->cancelled)
-        continue; /* a watch's, a multishot's (above), or ended */
+        continue; /* a watch's, a multishot's (below), or ended */
       struct io_uring_sqe *sqe = get_sqe(loop, st);
       io_uring_prep_cancel(sqe, u, 0);
       io_uring_sqe_set_data64(sqe, 0);
       u->cancelled = 1;
       n++;
     }
-    weft__fd *e = &loop->fds[fd];
-    if (e->flags & FD_WATCHED) {
-      disarm(loop, st, fd, e);
-      n++;
-    }
   }
-  if (n) {
-    st->batch++; /* what was prepared is submitted now */
-    (void)io_uring_submit_and_get_events(&st->ring);
+  n += (unsigned)(ms_submitted(st, ms_at(&st->ls, fd)) +
+                  ms_submitted(st, ms_at(&st->rxs, fd)));
+  listener_close(loop, st, fd);
+  rx_close(loop, st, fd);
+  if ((size_t)fd < loop->nfds && (loop->fds[fd].flags & FD_WATCHED)) {
+    n += !watch_retracted;
+    disarm(loop, st, fd, &loop->fds[fd]);
+  }
+  if (!n)
+    return;
+  st->batch++; /* what was prepared is submitted now */
+  (void)io_uring_submit_and_get_events(&st->ring);
+  while (ended_for(st, fd) < n) {
+    unsigned had = io_uring_cq_ready(&st->ring);
+    (void)io_uring_get_events(&st->ring);
+    if (io_uring_cq_ready(&st->ring) == had)
+      break;
   }
 }
 
