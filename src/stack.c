@@ -449,6 +449,13 @@ int weft__stack_trim(void) {
     while (c->chunks) {
       chunk *k = c->chunks;
       c->chunks = k->next;
+#ifdef WEFT_ASAN
+      /* The frames that never returned (each task's first) stay marked
+       * in ASan's shadow, which munmap leaves as it is: the next mapping
+       * at these addresses (io_uring's buffer ring) was taken for a
+       * stack's redzone, and its first write reported. */
+      __asan_unpoison_memory_region(k->base, k->slots * c->size);
+#endif
       munmap(k->base, k->slots * c->size);
       k->free_fn(k); /* the allocator may have been replaced since */
     }
