@@ -505,8 +505,10 @@ static void *connect_corners_main(void *arg) {
   CHECK(none != MAP_FAILED);
   int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   CHECK_GE(t, 0);
-  CHECK_EQ(weft_connect(t, none, sizeof la), -EFAULT);
-  CHECK_EQ(weft_connect(t, NULL, sizeof la), -EFAULT);
+  if (!RUNNING_ON_VALGRIND) { /* which reports the pointer, as it should */
+    CHECK_EQ(weft_connect(t, none, sizeof la), -EFAULT);
+    CHECK_EQ(weft_connect(t, NULL, sizeof la), -EFAULT);
+  }
   /* Lengths too short for the family: -EINVAL. */
   CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, 0), -EINVAL);
   CHECK_EQ(weft_connect(t, (struct sockaddr *)&la, 4), -EINVAL);
@@ -530,7 +532,8 @@ static void *connect_corners_main(void *arg) {
   int peer = weft_udp_bind("127.0.0.1", 0);
   CHECK_GE(peer, 0);
   struct sockaddr_in pa = loopback4(weft_sock_port(peer));
-  CHECK_EQ(weft_connect(u, none, sizeof pa), -EFAULT);
+  if (!RUNNING_ON_VALGRIND)
+    CHECK_EQ(weft_connect(u, none, sizeof pa), -EFAULT);
   CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, 4), -EINVAL);
   CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, sizeof pa), 0);
   CHECK_EQ(weft_connect(u, (struct sockaddr *)&pa, sizeof pa), 0);
