@@ -49,6 +49,13 @@ static inline int check_full_listener(int fill[2], int *port) {
   return lfd;
 }
 
+/* Closes what check_full_listener made: the listener and its fillers. */
+static inline void check_full_listener_close(int lfd, int fill[2]) {
+  close(fill[0]);
+  close(fill[1]);
+  close(lfd);
+}
+
 /* Receives on fd (weft_recv, in as many pieces as it takes) until `want`
  * has come whole, and checks the bytes. */
 static inline void check_recv_exactly(int fd, const char *want) {

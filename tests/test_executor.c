@@ -1503,9 +1503,7 @@ static void *tcp_nosyn_main(void *arg) {
   CHECK_EQ(weft_join(t, NULL), 0);
   __atomic_store_n(&syn_timeout, 0, __ATOMIC_RELEASE);
   CHECK_EQ(weft_close(lfd), 0);
-  close(fill[0]);
-  close(fill[1]);
-  close(full);
+  check_full_listener_close(full, fill);
   return NULL;
 }
 

@@ -226,6 +226,19 @@ static void *close_main(void *arg) {
   return NULL;
 }
 
+/* A plain connect(2) to port on loopback, from a callback: refused at
+ * once (nothing listens there any more). */
+static void check_refused(int port) {
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_GE(c, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), -1);
+  CHECK_EQ(errno, ECONNREFUSED);
+  close(c);
+}
+
 /* weft_close outside a task (a callback here) closes at once as well:
  * the listener refuses the next connection, although its multishot
  * accept held it in the kernel (io_uring), and the peer of a socket a
@@ -252,14 +265,7 @@ static void outside_close_cb(void *arg) {
     ssize_t n = recv(oc_queued[i], &ch, 1, MSG_DONTWAIT);
     CHECK(n == 0 || (n == -1 && errno == ECONNRESET));
   }
-  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CHECK_GE(c, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)oc_port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), -1);
-  CHECK_EQ(errno, ECONNREFUSED);
-  close(c);
+  check_refused(oc_port);
   oc_done = 1;
 }
 
@@ -312,14 +318,7 @@ static void busy_close_cb(void *arg) {
   for (int i = 0; i < BC_SOCKS; i++)
     CHECK_EQ(send(bc_pairs[i][1], "b", 1, 0), 1);
   CHECK_EQ(weft_close(bc_listener), 0);
-  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  CHECK_GE(c, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)bc_port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  CHECK_EQ(connect(c, (struct sockaddr *)&a, sizeof a), -1);
-  CHECK_EQ(errno, ECONNREFUSED);
-  close(c);
+  check_refused(bc_port);
   bc_done = 1;
 }
 

@@ -707,9 +707,7 @@ static void test_connect_dropped_name(void) {
   CHECK_EQ(weft_executor_pending(loop), 0);
   weft_loop_free(loop);
   CHECK_EQ(check_fd_count(), fds);
-  close(fill[0]);
-  close(fill[1]);
-  close(lfd);
+  check_full_listener_close(lfd, fill);
   printf("  a loop freed while a connect to a name waits: ok\n");
 }
 
@@ -736,9 +734,7 @@ static void test_connect_dropped_raw(void) {
   CHECK_LT(weft_now() - t0, WEFT_SEC(1)); /* a SYN is sent again after 1 s */
   CHECK_EQ(check_fd_count(), fds + 1);
   CHECK_EQ(close(c), 0);
-  close(fill[0]);
-  close(fill[1]);
-  close(lfd);
+  check_full_listener_close(lfd, fill);
   printf("  a loop freed while a connect of the caller's socket waits: ok\n");
 }
 
@@ -843,9 +839,7 @@ static void test_connect_closed(void) {
   int fds = check_fd_count();
   check_run(connect_closed_main, NULL);
   CHECK_EQ(check_fd_count(), fds);
-  close(fill[0]);
-  close(fill[1]);
-  close(lfd);
+  check_full_listener_close(lfd, fill);
   printf("  a connect's socket closed or forgotten under it: ok\n");
 }
 
