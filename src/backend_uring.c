@@ -171,6 +171,7 @@ typedef struct uring_state {
                        * (each task has at most one: weft_task.io) */
   uint32_t gen;       /* the last watch generation handed out */
   unsigned batch;     /* bumped by each submission to the kernel */
+  unsigned reaps;     /* bumped by get_sqe's reap (completions ran) */
   int valgrind;       /* RUNNING_ON_VALGRIND, asked once */
   mstable ls;         /* listeners: multishot accept state */
   mstable rxs;        /* receivers: multishot recv state */
@@ -345,8 +346,10 @@ static struct io_uring_sqe *get_sqe(weft_loop *loop, uring_state *st) {
       return sqe;
     st->batch++;
     int rc = io_uring_submit(&st->ring);
-    if (rc == -EBUSY || rc == -EAGAIN)
+    if (rc == -EBUSY || rc == -EAGAIN) {
+      st->reaps++;
       reap(loop, st);
+    }
   }
 }
 
@@ -1617,11 +1620,21 @@ static void uring_closing(weft_loop *loop, int fd) {
   if ((size_t)fd < loop->nfds) {
     /* The calls first, while those waiting on a multishot request are
      * on its list (queued): they have no request of their own. */
+  walk:
     for (weft__waiter *w = loop->fds[fd].waiters; w; w = w->next) {
       uring_op *u = (uring_op *)w; /* events 0: a request's (op_start) */
       if (w->events || u->queued || u->done || u->retracted || u->cancelled)
         continue; /* a watch's, a multishot's (below), or ended */
+      unsigned reaps = st->reaps;
       struct io_uring_sqe *sqe = get_sqe(loop, st);
+      if (st->reaps != reaps) {
+        /* A full SQ met a full CQ, and the completions reaped to make
+         * room may have ended u or taken waiters off the list: the walk
+         * starts again (those asked already are skipped). */
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data64(sqe, 0);
+        goto walk;
+      }
       io_uring_prep_cancel(sqe, u, 0);
       io_uring_sqe_set_data64(sqe, 0);
       u->cancelled = 1;
