@@ -63,13 +63,16 @@ const char *weft_version_string(void);
 /* Errors                                                                    */
 
 /* A human-readable message for an error this library returns: `err` may be
- * negative (as returned) or positive. Never NULL; static storage. Unknown
- * values give "unknown error". */
+ * negative (as returned) or positive. Never NULL; static storage. A code
+ * weft never returns gets the C library's message where it has one
+ * (glibc 2.32 and later: ENOTTY gives "Inappropriate ioctl for device"),
+ * and values nobody knows give "unknown error". */
 const char *weft_strerror(int err);
 
 /* The symbolic name of an error, "ECANCELED" for -ECANCELED or ECANCELED.
- * Never NULL; 0 gives "OK" (and weft_strerror(0) "success"), unknown values
- * "UNKNOWN". */
+ * Never NULL; 0 gives "OK" (and weft_strerror(0) "success"). A code weft
+ * never returns gets the C library's name where it has one (glibc 2.32 and
+ * later: "ENOTTY"), and values nobody knows "UNKNOWN". */
 const char *weft_err_name(int err);
 
 /* ------------------------------------------------------------------------ */

@@ -5,6 +5,19 @@
 #include "weft.h"
 
 #include <errno.h>
+#include <string.h>
+
+/* glibc 2.32 names and describes every code it knows, thread-safely: the
+ * codes weft's table lacks (ones a program's own system calls or a
+ * library beside weft returned) get those. */
+#if defined(__GLIBC__) &&                                                      \
+    (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+#define LIBC_NAME(m) ((m) <= 4096u ? strerrorname_np((int)(m)) : NULL)
+#define LIBC_DESC(m) ((m) <= 4096u ? strerrordesc_np((int)(m)) : NULL)
+#else
+#define LIBC_NAME(m) ((void)(m), (const char *)NULL)
+#define LIBC_DESC(m) ((void)(m), (const char *)NULL)
+#endif
 
 /* Every error weft returns, with its message, and those that the system
  * calls it wraps pass through (a read of a directory is -EISDIR). Add a row
@@ -82,24 +95,32 @@ static unsigned magnitude(int err) {
 }
 
 const char *weft_strerror(int err) {
-  switch (magnitude(err)) {
+  const unsigned m = magnitude(err);
+  switch (m) {
 #define X(code, msg)                                                           \
   case code: return msg;
     WEFT_ERRNO_MAP(X)
 #undef X
   case 0: return "success";
-  default: return "unknown error";
+  default: {
+    const char *desc = LIBC_DESC(m);
+    return desc ? desc : "unknown error";
+  }
   }
 }
 
 const char *weft_err_name(int err) {
-  switch (magnitude(err)) {
+  const unsigned m = magnitude(err);
+  switch (m) {
 #define X(code, msg)                                                           \
   case code: return #code;
     WEFT_ERRNO_MAP(X)
 #undef X
   case 0: return "OK";
-  default: return "UNKNOWN";
+  default: {
+    const char *name = LIBC_NAME(m);
+    return name ? name : "UNKNOWN";
+  }
   }
 }
 
