@@ -32,7 +32,7 @@ lib=$prefix/lib
 
 for f in include/weft.h lib/libweft.a lib/libweft.so \
          "lib/libweft.so.$soversion" "lib/libweft.so.$version" \
-         lib/pkgconfig/weft.pc; do
+         lib/pkgconfig/weft.pc lib/pkgconfig/weft-static.pc; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
 
@@ -120,6 +120,19 @@ fi
 env -u LD_LIBRARY_PATH ./prog_static > out_static || fail "prog_static exited $?"
 diff -u expected out_static || fail "prog_static printed the wrong output"
 
+# weft-static.pc names libweft.a itself: its flags alone link statically.
+# shellcheck disable=SC2046 # pkg-config's output is meant to be split
+"$cc" -o prog_static_pc "$prog" $(pkg-config --cflags --libs weft-static)
+if readelf -d prog_static_pc | grep -q 'NEEDED.*libweft'; then
+  fail "prog_static_pc (weft-static.pc) still loads libweft.so"
+fi
+env -u LD_LIBRARY_PATH ./prog_static_pc > out_static_pc ||
+  fail "prog_static_pc exited $?"
+diff -u expected out_static_pc ||
+  fail "prog_static_pc printed the wrong output"
+[ "$(pkg-config --modversion weft-static)" = "$version" ] ||
+  fail "weft-static.pc's version is not $version"
+
 # The same with -flto, as a user's LTO build links it: the archive's
 # machine code is taken as it is.
 # shellcheck disable=SC2086 # the same
@@ -128,4 +141,4 @@ env -u LD_LIBRARY_PATH ./prog_static_lto > out_static_lto ||
   fail "prog_static_lto exited $?"
 diff -u expected out_static_lto || fail "prog_static_lto printed the wrong output"
 
-echo "install test passed (shared, static, and static with -flto)"
+echo "install test passed (shared, static, static by weft-static.pc, and static with -flto)"
