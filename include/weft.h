@@ -152,7 +152,8 @@ weft_loop *weft_loop_new(const weft_config *cfg);
  *                 run in an order shuffled by a PRNG seeded with n.
  *   WEFT_BACKEND  (weft_loop_new) the backend, if the config names none.
  *   WEFT_URING_PBUF=1  (weft_loop_new, io_uring) sockets read through
- *                 multishot recv into provided buffers (docs/io.md). */
+ *                 multishot recv into provided buffers (docs/io.md); a
+ *                 kernel without them is said once on stderr. */
 
 /* Runs the loop until no task, callback, timer or wait is left, or until
  * weft_loop_stop. Must be called on the thread that created the loop, and

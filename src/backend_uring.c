@@ -266,6 +266,16 @@ static int enter_once(struct io_uring *ring) {
   return 0;
 }
 
+/* WEFT_URING_PBUF asked for what this loop does not do: said on stderr,
+ * once a process, as the fallback from io_uring is (loop.c). */
+static void pbuf_notice(const char *value, const char *why) {
+  static int said;
+  if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+    return;
+  fprintf(stderr, "weft: WEFT_URING_PBUF=%s: %s; a recv request per call\n",
+          value, why);
+}
+
 static int uring_init(weft_loop *loop) {
   why_not = NULL; /* and -ENOMEM is weft's own allocation failing */
   uring_state *st = weft__calloc(1, sizeof *st);
@@ -308,8 +318,11 @@ static int uring_init(weft_loop *loop) {
   /* Multishot recv is off unless asked for (see "multishot recv" below);
    * asked, it is set up at the first read of a socket. */
   const char *env = getenv("WEFT_URING_PBUF");
-  if (!env || strcmp(env, "1") != 0)
+  if (!env || strcmp(env, "1") != 0) {
     st->rx_on = -1;
+    if (env && *env && strcmp(env, "0") != 0)
+      pbuf_notice(env, "only 1 turns it on");
+  }
   loop->backend_data = st;
   return 0;
 }
@@ -995,13 +1008,19 @@ static int rx_setup(uring_state *st) {
   size_t bytes = RX_NBUFS * sizeof(struct io_uring_buf);
   void *br = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (br == MAP_FAILED)
+  if (br == MAP_FAILED) {
+    pbuf_notice("1", "no memory for the buffer ring");
     return 0;
+  }
   char *bufs = weft__malloc((size_t)RX_NBUFS * RX_BUFSZ + sizeof(rx_links));
   struct io_uring_buf_reg reg = {
       .ring_addr = (uintptr_t)br, .ring_entries = RX_NBUFS, .bgid = RX_BGID};
-  if (!bufs || io_uring_register_buf_ring(&st->ring, &reg, 0) < 0) {
-    weft__free(bufs); /* an older kernel (EINVAL), or no memory */
+  int rc = bufs ? io_uring_register_buf_ring(&st->ring, &reg, 0) : -ENOMEM;
+  if (rc < 0) {
+    /* An older kernel (EINVAL, before 5.19), or no memory. */
+    pbuf_notice("1", rc == -EINVAL ? "the kernel has no buffer rings"
+                                   : "no memory for the buffers");
+    weft__free(bufs);
     munmap(br, bytes);
     return 0;
   }
@@ -1103,6 +1122,7 @@ static void rx_done(weft_loop *loop, uring_state *st, rx *r, int res,
     r->plain = 1;
   else if (res == -EINVAL && !r->len) {
     st->rx_on = -1; /* a kernel without multishot recv: plain from now on */
+    pbuf_notice("1", "the kernel has no multishot recv");
     r->plain = 1;
   } else if (res < 0 && res != -ECANCELED)
     r->err = -res;

@@ -42,7 +42,8 @@
  * buffers back; the reader of a flooding peer lets the others run after 8
  * chunks taken from the queue; it is off by default (WEFT_URING_PBUF=1 turns it
  * on: everything above), and a kernel that refuses to register a buffer ring (a
- *    seccomp filter, in a child) leaves it off;
+ *    seccomp filter, in a child) leaves it off, and says so once on
+ *    stderr, as does a value other than 1 or 0;
  *  - the cancel-against-completion rounds run both ways.
  *
  * Skipped (77) where the build or the kernel has no io_uring.
@@ -1047,6 +1048,17 @@ static void no_pbuf_child(void *arg) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   install_filter(f, sizeof f / sizeof f[0]);
+  for (int k = 0; k < 2; k++) /* the notice comes once */
+    run_on_uring(plain_main, NULL);
+}
+
+/* A value other than 1 (or 0, or empty) is a mistake worth a line. */
+static void pbuf_yes_child(void *arg) {
+  (void)arg;
+  CHECK_EQ(setenv("WEFT_URING_PBUF", "yes", 1), 0);
+  for (int k = 0; k < 2; k++)
+    run_on_uring(plain_main, NULL);
+  CHECK_EQ(setenv("WEFT_URING_PBUF", "0", 1), 0);
   run_on_uring(plain_main, NULL);
 }
 
@@ -1190,7 +1202,12 @@ static void test_multishot_recv(void) {
   static check_child res;
   check_child_run(no_pbuf_child, NULL, &res, 30);
   CHECK_EXITED(res, 0);
-  CHECK_STR_EQ(res.err, "");
+  CHECK_STR_EQ(res.err, "weft: WEFT_URING_PBUF=1: the kernel has no buffer "
+                        "rings; a recv request per call\n");
+  check_child_run(pbuf_yes_child, NULL, &res, 30);
+  CHECK_EXITED(res, 0);
+  CHECK_STR_EQ(res.err, "weft: WEFT_URING_PBUF=yes: only 1 turns it on; a "
+                        "recv request per call\n");
   CHECK_EQ(unsetenv("WEFT_URING_PBUF"), 0);
   CHECK_EQ(check_fd_count(), fds);
   printf("  multishot recv: queue, peek, waitall, dontwait, end, bound, "
