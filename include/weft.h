@@ -498,7 +498,10 @@ ssize_t weft_sendto(int fd, const void *buf, size_t len, int flags,
  * error (or a cancellation) stops it after n > 0 bytes went out, returns n
  * (the next call reports an error: the same, or -EPIPE after a connection
  * reset, which a socket reports only once); if nothing went out, the
- * error. A caller that needs the error itself loops on weft_write. */
+ * error. A caller that needs the error itself loops on weft_write; one that
+ * wants to know whether a cancellation or a deadline stopped it, without
+ * touching the fd again, calls weft_yield (-ECANCELED, -ETIMEDOUT, or 0:
+ * the fd's own error). */
 ssize_t weft_write_all(int fd, const void *buf, size_t len);
 
 /* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC. `addr` and `addrlen` may be
@@ -576,7 +579,9 @@ int weft_tcp_listen(const char *host, int port, int backlog);
  * or a negative errno (the last address's error; -ENOENT: no such name; -EINVAL
  * outside a task, at once, and for a host NULL or "", which unlike
  * weft_tcp_listen's names no address, a port outside 0..65535, or brackets
- * around anything but an IPv6 address). */
+ * around anything but an IPv6 address; -ECONNRESET when the listener
+ * closed after the kernel had made the connection, before the call
+ * returned). */
 int weft_tcp_connect(const char *host, int port);
 
 /* A UDP socket bound to host:port (port 0: any free port; host NULL or "":
