@@ -1446,6 +1446,18 @@ ssize_t weft_file_write(int fd, const void *buf, size_t len, off_t offset);
 int weft_file_fsync(int fd);
 int weft_file_close(int fd);
 
+/* stat(2) of `path`, or lstat(2) with flags AT_SYMLINK_NOFOLLOW (and
+ * AT_NO_AUTOMOUNT, as fstatat takes it), as a job on the pool, on every
+ * backend: a lookup that reads directories or inodes from the disk holds a
+ * worker, not the loop. *st is written only when the call returns 0, so a
+ * cancelled call never writes it afterwards. 0 or a negative errno: stat's
+ * own (-ENOENT, -EACCES, -ELOOP, -ENOTDIR...), -ECANCELED, -ETIMEDOUT,
+ * -EINVAL outside a task, for path or st NULL or another flag, -ENOMEM,
+ * -EAGAIN (no worker thread could be started). An open fd's fstat(2) does
+ * not wait for the disk: call it directly. */
+struct stat;
+int weft_file_stat(const char *path, struct stat *st, int flags);
+
 /* Waits until one of the signals in `set` arrives, and gives its number in
  * *signo (may be NULL). The signals are read from a signalfd, so they are
  * blocked in the calling thread first and stay blocked afterwards (one

@@ -31,10 +31,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { F_OPEN, F_READ, F_WRITE, F_FSYNC, F_CLOSE };
+enum { F_OPEN, F_READ, F_WRITE, F_FSYNC, F_CLOSE, F_STAT };
 
 /* The most one read or write moves (a longer one is a short count). */
 #define FILE_IO_MAX ((size_t)16 << 20)
@@ -48,7 +49,8 @@ typedef struct fop {
   size_t len;
   off_t off;
   ssize_t rc; /* the call's result or -errno */
-  char *data; /* open: the path; read, write: the bytes (in raw) */
+  char *data; /* open: the path; read, write: the bytes; stat: the
+               * struct stat, then the path (in raw) */
   char raw[];
 } fop;
 
@@ -81,6 +83,13 @@ static void *run_fop(void *arg) {
       rc = fsync(f->fd);
     while (rc < 0 && errno == EINTR);
     break;
+  case F_STAT: { /* raw may not be aligned for a struct stat */
+    struct stat sb;
+    rc = fstatat(AT_FDCWD, f->data + sizeof sb, &sb, f->flags);
+    if (rc == 0)
+      memcpy(f->data, &sb, sizeof sb);
+    break;
+  }
   default: /* F_CLOSE: Linux frees the fd even on EINTR; never retry */
     rc = close(f->fd);
     if (rc < 0 && errno == EINTR)
@@ -198,6 +207,8 @@ static ssize_t fop_run(fop *f, void *out) {
   ssize_t r = f->rc;
   if (f->op == F_READ && r > 0)
     memcpy(out, f->data, (size_t)r);
+  if (f->op == F_STAT && r == 0)
+    memcpy(out, f->data, sizeof(struct stat));
   if (f->op == F_OPEN)
     r = opened(f->loop, (int)r, f->flags);
   fop_ended(f);
@@ -225,6 +236,22 @@ int weft_file_open(const char *path, int flags, mode_t mode) {
   f->flags = flags | O_CLOEXEC;
   f->mode = mode;
   return (int)fop_run(f, NULL);
+}
+
+/* On the pool on every backend: a lookup may read directories from the
+ * disk, which no backend can wait for, and the ring's statx would bring
+ * little beside the job's round trip (an fd's fstat never waits). */
+int weft_file_stat(const char *path, struct stat *st, int flags) {
+  if (!path || !st || !in_task() ||
+      (flags & ~(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT)))
+    return -EINVAL;
+  size_t n = strlen(path) + 1;
+  fop *f = fop_new(F_STAT, -1, sizeof(struct stat) + n);
+  if (!f)
+    return -ENOMEM;
+  memcpy(f->data + sizeof(struct stat), path, n);
+  f->flags = flags;
+  return (int)fop_run(f, st);
 }
 
 /* The call done by the loop's backend itself (io_uring: a request on the

@@ -48,6 +48,10 @@
  *    cannot land in a file opened meanwhile), also when the loop is freed
  *    first; an eventfd, a timerfd and an epoll fd (lseek succeeds, pread
  *    refuses) are -ESPIPE, and the eventfd's count stays;
+ *  - weft_file_stat: stat and lstat of a file, a symlink, a directory (the
+ *    inode stat(2) gives); -ENOENT, -ELOOP, -ENOTDIR, -EINVAL (flags,
+ *    NULL), *st untouched on error and when cancelled or past a deadline
+ *    (also after the job has ended);
  *  - subtests (each in a child, reported, counted as failures): a second
  *    close of an fd whose close is deferred, a read of it, and file calls
  *    on fd INT_MAX, all -EBADF;
@@ -945,6 +949,8 @@ static void test_misuse(void) {
   CHECK_EQ(weft_file_write(1, buf, sizeof buf, 0), -EINVAL);
   CHECK_EQ(weft_file_fsync(1), -EINVAL);
   CHECK_EQ(weft_file_close(1), -EINVAL); /* and fd 1 is not closed */
+  struct stat sb;
+  CHECK_EQ(weft_file_stat("/", &sb, 0), -EINVAL);
   CHECK_GE(fcntl(1, F_GETFD), 0);
   sigset_t set;
   sigemptyset(&set);
@@ -1650,6 +1656,76 @@ static void *file_cancel_read_main(void *arg) {
   CHECK_EQ(weft_file_read(fd, rbuf, sizeof rbuf, 0), -ECANCELED);
   CHECK_EQ(weft_file_close(fd), -ECANCELED);
   return P(fd);
+}
+
+/* weft_file_stat: stat's and lstat's answers and errors, exactly; *st
+ * written only on success; a stat cancelled in the turn it parked in
+ * returns -ECANCELED and its job's answer never reaches *st (checked after
+ * the loop, once the job has ended). */
+static struct stat cancelled_sb;
+
+static void *file_stat_main(void *arg) {
+  (void)arg;
+  char link[160], loop_a[160], loop_b[160], under[160];
+  snprintf(link, sizeof link, "%s/link", dir);
+  snprintf(loop_a, sizeof loop_a, "%s/loop_a", dir);
+  snprintf(loop_b, sizeof loop_b, "%s/loop_b", dir);
+  snprintf(under, sizeof under, "%s/x", path); /* path is a file */
+  int fd = weft_file_open(path, O_CREAT | O_RDWR | O_TRUNC, 0600);
+  CHECK_GE(fd, 0);
+  CHECK_EQ(weft_file_write(fd, "0123456789", 10, 0), 10);
+  CHECK_EQ(weft_file_close(fd), 0);
+  CHECK_EQ(symlink(path, link), 0);
+  CHECK_EQ(symlink(loop_b, loop_a), 0);
+  CHECK_EQ(symlink(loop_a, loop_b), 0);
+
+  struct stat sb, want;
+  CHECK_EQ(stat(path, &want), 0);
+  CHECK_EQ(weft_file_stat(path, &sb, 0), 0);
+  CHECK(S_ISREG(sb.st_mode));
+  CHECK_EQ(sb.st_mode, want.st_mode);
+  CHECK_EQ(sb.st_size, 10);
+  CHECK_EQ(sb.st_ino, want.st_ino);
+  CHECK_EQ(sb.st_dev, want.st_dev);
+  CHECK_EQ(weft_file_stat(link, &sb, 0), 0); /* followed */
+  CHECK(S_ISREG(sb.st_mode));
+  CHECK_EQ(sb.st_ino, want.st_ino);
+  CHECK_EQ(weft_file_stat(link, &sb, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(S_ISLNK(sb.st_mode));
+  CHECK_EQ(sb.st_size, (off_t)strlen(path));
+  CHECK_EQ(weft_file_stat(dir, &sb, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT), 0);
+  CHECK(S_ISDIR(sb.st_mode));
+
+  /* Errors: stat's own, and *st untouched. */
+  memset(&sb, 0xAA, sizeof sb);
+  struct stat untouched = sb;
+  char missing[160];
+  snprintf(missing, sizeof missing, "%s/missing", dir);
+  CHECK_EQ(weft_file_stat(missing, &sb, 0), -ENOENT);
+  CHECK_EQ(weft_file_stat(loop_a, &sb, 0), -ELOOP);
+  CHECK_EQ(weft_file_stat(under, &sb, 0), -ENOTDIR);
+  CHECK_EQ(weft_file_stat("", &sb, 0), -ENOENT);
+  CHECK_EQ(weft_file_stat(path, &sb, AT_EMPTY_PATH), -EINVAL);
+  CHECK_EQ(weft_file_stat(path, &sb, -1), -EINVAL);
+  CHECK_EQ(weft_file_stat(NULL, &sb, 0), -EINVAL);
+  CHECK_EQ(weft_file_stat(path, NULL, 0), -EINVAL);
+  CHECK(memcmp(&sb, &untouched, sizeof sb) == 0);
+  CHECK_EQ(weft_file_stat(loop_a, &sb, AT_SYMLINK_NOFOLLOW), 0);
+  CHECK(S_ISLNK(sb.st_mode));
+
+  /* Cancelled while its job runs, and past a deadline: nothing written. */
+  memset(&cancelled_sb, 0xAA, sizeof cancelled_sb);
+  weft_scope s;
+  weft_scope_enter(&s, weft_now() - 1);
+  CHECK_EQ(weft_file_stat(path, &cancelled_sb, 0), -ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
+  cancel_req c;
+  cancel_me_after(&c, 0);
+  CHECK_EQ(weft_file_stat(path, &cancelled_sb, 0), -ECANCELED);
+  CHECK_EQ(unlink(link), 0);
+  CHECK_EQ(unlink(loop_a), 0);
+  CHECK_EQ(unlink(loop_b), 0);
+  return NULL;
 }
 
 /* A deadline already past: -ETIMEDOUT at once, rbuf untouched. */
@@ -2487,6 +2563,12 @@ static void test_files(void) {
   cache_script(EAGAIN, EAGAIN);
   run("files, every read on the pool", file_main, NULL);
 
+  run("file stat", file_stat_main, NULL);
+  {
+    struct stat untouched;
+    memset(&untouched, 0xAA, sizeof untouched);
+    CHECK(memcmp(&cancelled_sb, &untouched, sizeof untouched) == 0);
+  }
   run("file read cancelled", file_cancel_read_main, NULL);
   for (size_t i = 0; i < sizeof rbuf; i++)
     CHECK_EQ((unsigned char)rbuf[i], 0xAA);
