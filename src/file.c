@@ -239,8 +239,8 @@ int weft_file_open(const char *path, int flags, mode_t mode) {
 }
 
 /* On the pool on every backend: a lookup may read directories from the
- * disk, which no backend can wait for, and the ring's statx would bring
- * little beside the job's round trip (an fd's fstat never waits). */
+ * disk, which no backend can wait for (the ring's statx is always handed
+ * to a kernel worker, a thread as the pool's is). */
 int weft_file_stat(const char *path, struct stat *st, int flags) {
   if (!path || !st || !in_task() ||
       (flags & ~(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT)))
