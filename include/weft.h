@@ -324,7 +324,9 @@ int weft_gen_send(weft_gen *g, void *in, void **out);
 /* Inside g: hands `value` to the caller of send and suspends. Returns 0 and
  * stores in *received (if non-NULL) what the next send passes in; or -err
  * when the caller throws err in; or -ECANCELED when the caller closes g, in
- * which case g must return without yielding again. -EINVAL if the caller is
+ * which case g must return without yielding again. Whatever it returns,
+ * `value` was handed over when the call suspended: it is the caller's
+ * (a body that frees what it yielded, on -ECANCELED, frees it twice). -EINVAL if the caller is
  * not running inside g, or is inside a scope (weft_scope_enter) that g's
  * body entered and has not left: it does not yield then. */
 int weft_gen_yield(weft_gen *g, void *value, void **received);
