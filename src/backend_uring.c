@@ -165,6 +165,13 @@ typedef struct rx {
   unsigned streak;      /* chunks taken since the reader last parked (below) */
 } rx;
 
+/* A completion taken out of the CQ without being run (uring_closing). */
+typedef struct aside_cqe {
+  uint64_t ud;
+  int32_t res;
+  uint32_t flags;
+} aside_cqe;
+
 typedef struct uring_state {
   struct io_uring ring;
   unsigned ninflight; /* requests of tasks whose completion has not come
@@ -182,6 +189,9 @@ typedef struct uring_state {
   char *bufs;                   /* ... and the buffers it hands out */
   rx_links *links;              /* ... and the queues through them */
   int draining;                 /* quiesce: completions wake nobody */
+  aside_cqe *aside; /* completions uring_closing moved out of a full CQ,
+                     * not run yet: reap runs them before the CQ's */
+  size_t naside, aside_head, aside_cap;
   int openat;  /* IORING_OP_OPENAT is there: weft_file_open is a request */
   int connect; /* IORING_OP_CONNECT is there: an IP connect is a request */
 } uring_state;
@@ -342,6 +352,7 @@ static void uring_fini(weft_loop *loop) {
   if (st->br)
     munmap(st->br, st->br_bytes);
   weft__free(st->bufs);
+  weft__free(st->aside);
   weft__free(st);
   loop->backend_data = NULL;
 }
@@ -448,6 +459,14 @@ static void complete(weft_loop *loop, uring_state *st, uint64_t ud, int res,
 /* Takes every completion there is; returns how many. */
 static int reap(weft_loop *loop, uring_state *st) {
   int n = 0;
+  /* Those set aside first: they came before the CQ's. (By index: a
+   * completion run may set more aside, or reap.) */
+  while (st->aside_head < st->naside) {
+    aside_cqe c = st->aside[st->aside_head++];
+    complete(loop, st, c.ud, c.res, c.flags);
+    n++;
+  }
+  st->aside_head = st->naside = 0;
   struct io_uring_cqe *cqe;
   while (io_uring_peek_cqe(&st->ring, &cqe) == 0) {
     uint64_t ud = cqe->user_data;
@@ -483,6 +502,8 @@ static int uring_poll(weft_loop *loop, int64_t timeout) {
   uring_state *st = state(loop);
   int rc;
   st->batch++;
+  if (st->aside_head < st->naside)
+    timeout = 0; /* completions are there, set aside: no waiting */
   if (st->valgrind && timeout != 0)
     return valgrind_poll(loop, st, timeout);
   if (timeout == 0)
@@ -1584,8 +1605,7 @@ static int ms_submitted(const uring_state *st, const multishot *m) {
 /* 1 if cqe is the last of a request for fd that uring_closing ended: a
  * call's it cancelled, the watch's poll, or the last of a multishot
  * request whose record it detached. */
-static int ends_for(const struct io_uring_cqe *cqe, int fd) {
-  uint64_t ud = cqe->user_data;
+static int ends_for(uint64_t ud, unsigned flags, int fd) {
   if (!ud)
     return 0;
   if (ud & 1)
@@ -1593,7 +1613,7 @@ static int ends_for(const struct io_uring_cqe *cqe, int fd) {
   if (ud & TAG_MASK) {
     const multishot *m =
         (const multishot *)(uintptr_t)(ud & ~(uint64_t)TAG_MASK);
-    return m->detached && m->fd == fd && !(cqe->flags & IORING_CQE_F_MORE);
+    return m->detached && m->fd == fd && !(flags & IORING_CQE_F_MORE);
   }
   const uring_op *u = (const uring_op *)(uintptr_t)ud;
   return u->cancelled && u->w.fd == fd;
@@ -1605,9 +1625,35 @@ static unsigned ended_for(uring_state *st, int fd) {
   unsigned head, n = 0;
   struct io_uring_cqe *cqe;
   io_uring_for_each_cqe(&st->ring, head, cqe) {
-    n += (unsigned)ends_for(cqe, fd);
+    n += (unsigned)ends_for(cqe->user_data, cqe->flags, fd);
   }
   return n;
+}
+
+/* Moves every completion in the CQ to st->aside, not run, to make room;
+ * returns how many end requests for fd (as ended_for), or -1 without the
+ * memory for them. */
+static int set_aside(uring_state *st, int fd) {
+  unsigned ready = io_uring_cq_ready(&st->ring);
+  if (st->naside + ready > st->aside_cap) {
+    size_t cap = st->aside_cap ? st->aside_cap * 2 : CQ_ENTRIES;
+    while (cap < st->naside + ready)
+      cap *= 2;
+    aside_cqe *v = weft__realloc(st->aside, cap * sizeof *v);
+    if (!v)
+      return -1;
+    st->aside = v;
+    st->aside_cap = cap;
+  }
+  unsigned head, n = 0, moved = 0;
+  struct io_uring_cqe *cqe;
+  io_uring_for_each_cqe(&st->ring, head, cqe) {
+    st->aside[st->naside++] = (aside_cqe){cqe->user_data, cqe->res, cqe->flags};
+    n += (unsigned)ends_for(cqe->user_data, cqe->flags, fd);
+    moved++;
+  }
+  io_uring_cq_advance(&st->ring, moved);
+  return (int)n;
 }
 
 /* weft_close outside a task (in a task the ring's close, after the
@@ -1632,7 +1678,13 @@ static unsigned ended_for(uring_state *st, int fd) {
  * busy loop), the file lived on after the close (its peer saw no end).
  * So the kernel is entered again until every request's last completion
  * is in the queue, or an enter brings none (a request that ends in its
- * own time, in a kernel worker). */
+ * own time, in a kernel worker). Completions are not run here (a
+ * cancelled call's would say -ECANCELED, not -EBADF), so several closes
+ * in one callback pile them up: once the CQ is full, the kernel puts them
+ * on its overflow list, where no count sees them, and an enter that
+ * brings none stopped the loop with the file held (the 7th of 10 sockets
+ * read by 300 tasks each kept its peer waiting). A full CQ is emptied
+ * into st->aside first, unrun, for reap. */
 static void uring_closing(weft_loop *loop, int fd) {
   uring_state *st = state(loop);
   int watch_retracted = retract_fd(st, fd);
@@ -1673,7 +1725,15 @@ static void uring_closing(weft_loop *loop, int fd) {
     return;
   st->batch++; /* what was prepared is submitted now */
   (void)io_uring_submit_and_get_events(&st->ring);
-  while (ended_for(st, fd) < n) {
+  unsigned aside = 0; /* fd's, among those set aside here */
+  while (aside + ended_for(st, fd) < n) {
+    if (io_uring_cq_has_overflow(&st->ring) ||
+        io_uring_cq_ready(&st->ring) >= st->ring.cq.ring_entries) {
+      int k = set_aside(st, fd);
+      if (k < 0)
+        break;
+      aside += (unsigned)k;
+    }
     unsigned had = io_uring_cq_ready(&st->ring);
     (void)io_uring_get_events(&st->ring);
     if (io_uring_cq_ready(&st->ring) == had)
@@ -1792,6 +1852,7 @@ static void uring_quiesce(weft_loop *loop) {
   if (!st)
     return;
   st->draining = 1;
+  reap(loop, st); /* those set aside: the waits below would not see them */
   for (weft_task *t = loop->live; t; t = t->next_live) {
     uring_op *u = t->io;
     if (!u || u->closes)

@@ -9,6 +9,7 @@
  *    file is closed when it returns (a pipe's writer gets EPIPE, a
  *    socket's peer the end, although io_uring's requests held it), and it
  *    leaves nothing registered: the same fd number, reused, works at once;
+ *    also 16 sockets with 300 readers each, closed in one callback;
  *  - a task woken for an fd that another task closes (and the number
  *    reused) before it runs gets -EBADF, not the new file's data; one
  *    cancelled in that window does not do the read (epoll, poll);
@@ -351,10 +352,63 @@ static void *busy_close_main(void *arg) {
   return NULL;
 }
 
+/* One callback closes, one after another, 16 sockets that 300 tasks each
+ * read: every reader gets -EBADF, and each peer sees the end as its
+ * socket's close returns. io_uring: each close cancels 300 requests (more
+ * than the SQ's 256, so it fills mid-walk) and runs none of the 600
+ * completions, which pile up past the CQ's 4096 by the 7th close; the
+ * kernel's overflow list then hid them from the close's count, which
+ * stopped entering with the cancellations not done and the file held
+ * (the 7th to 10th peers saw no end). */
+#define MC_SOCKS   16
+#define MC_READERS 300
+static int mc_pairs[MC_SOCKS][2], mc_done;
+
+static void *mc_reader(void *arg) {
+  char c;
+  return P(weft_recv(I(arg), &c, 1, 0));
+}
+
+static void many_close_cb(void *arg) {
+  (void)arg;
+  for (int i = 0; i < MC_SOCKS; i++) {
+    CHECK_EQ(weft_close(mc_pairs[i][0]), 0);
+    char ch;
+    CHECK_EQ(recv(mc_pairs[i][1], &ch, 1, MSG_DONTWAIT), 0);
+  }
+  mc_done = 1;
+}
+
+static void *many_close_main(void *arg) {
+  (void)arg;
+  int fds = check_fd_count();
+  static weft_task *r[MC_SOCKS][MC_READERS];
+  for (int i = 0; i < MC_SOCKS; i++) {
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, mc_pairs[i]),
+             0);
+    for (int j = 0; j < MC_READERS; j++)
+      CHECK(r[i][j] = weft_spawn(mc_reader, P(mc_pairs[i][0])));
+  }
+  CHECK_EQ(weft_sleep(WEFT_MS(1)), 0); /* requests submitted */
+  CHECK_EQ(weft_call_soon(many_close_cb, NULL), 0);
+  for (int i = 0; i < MC_SOCKS; i++)
+    for (int j = 0; j < MC_READERS; j++) {
+      void *res;
+      CHECK_EQ(weft_join(r[i][j], &res), 0);
+      CHECK_EQ(I(res), -EBADF);
+    }
+  CHECK_EQ(mc_done, 1);
+  for (int i = 0; i < MC_SOCKS; i++)
+    CHECK_EQ(weft_close(mc_pairs[i][1]), 0);
+  CHECK_EQ(check_fd_count(), fds);
+  return NULL;
+}
+
 static void test_close_wakes(void) {
   check_run(close_main, NULL);
   check_run(outside_close_main, NULL);
   check_run(busy_close_main, NULL);
+  check_run(many_close_main, NULL);
 }
 
 /* ---- many tasks on one fd ------------------------------------------------
