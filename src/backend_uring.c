@@ -359,10 +359,14 @@ static void uring_fini(weft_loop *loop) {
 
 /* ---- completions -------------------------------------------------------- */
 static int reap(weft_loop *loop, uring_state *st);
+static int set_aside(uring_state *st, int fd);
 
 /* A free SQE: when the submission queue is full, what is in it goes to the
- * kernel first (and, should the kernel push back with EBUSY because its
- * completion backlog is full, the completions are taken first). */
+ * kernel first. Should the kernel push back (EBUSY: its completion backlog
+ * is full; EAGAIN), the completions are moved aside, not run: a caller
+ * walking a list (uring_closing's waiters, quiesce's receivers) must not
+ * have a completion change it under the walk. Only without the memory for
+ * that are they run here (reaps tells uring_closing to walk again). */
 static struct io_uring_sqe *get_sqe(weft_loop *loop, uring_state *st) {
   for (;;) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&st->ring);
@@ -370,9 +374,15 @@ static struct io_uring_sqe *get_sqe(weft_loop *loop, uring_state *st) {
       return sqe;
     st->batch++;
     int rc = io_uring_submit(&st->ring);
-    if (rc == -EBUSY || rc == -EAGAIN) {
-      st->reaps++;
-      reap(loop, st);
+    if (rc != -EBUSY && rc != -EAGAIN)
+      continue;
+    if (io_uring_cq_ready(&st->ring)) {
+      if (set_aside(st, -1) < 0) {
+        st->reaps++;
+        reap(loop, st);
+      }
+    } else if (io_uring_cq_has_overflow(&st->ring)) {
+      (void)io_uring_get_events(&st->ring); /* into the CQ, for the above */
     }
   }
 }
@@ -1631,8 +1641,8 @@ static unsigned ended_for(uring_state *st, int fd) {
 }
 
 /* Moves every completion in the CQ to st->aside, not run, to make room;
- * returns how many end requests for fd (as ended_for), or -1 without the
- * memory for them. */
+ * returns how many end requests for fd (as ended_for; none for fd -1), or
+ * -1 without the memory for them. */
 static int set_aside(uring_state *st, int fd) {
   unsigned ready = io_uring_cq_ready(&st->ring);
   if (st->naside + ready > st->aside_cap) {
@@ -1649,7 +1659,8 @@ static int set_aside(uring_state *st, int fd) {
   struct io_uring_cqe *cqe;
   io_uring_for_each_cqe(&st->ring, head, cqe) {
     st->aside[st->naside++] = (aside_cqe){cqe->user_data, cqe->res, cqe->flags};
-    n += (unsigned)ends_for(cqe->user_data, cqe->flags, fd);
+    if (fd >= 0)
+      n += (unsigned)ends_for(cqe->user_data, cqe->flags, fd);
     moved++;
   }
   io_uring_cq_advance(&st->ring, moved);
