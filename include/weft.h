@@ -766,7 +766,9 @@ bool weft_future_done(const weft_future *f);
 
 /* The outcome of a done future, without waiting: 0 and *value (if value is
  * non-NULL), the negative error it was set with, -ECANCELED; -EAGAIN if f
- * is still pending; -EINVAL if f is NULL. */
+ * is still pending; -EINVAL if f is NULL. A value handed out here or by
+ * weft_await is taken: a weft_submit future then no longer gives it to its
+ * release callback (weft_submit). */
 int weft_future_result(const weft_future *f, void **value);
 
 /* Calls cb(f, arg) from the loop once f is done, after the callbacks added
@@ -1283,10 +1285,12 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
 /* The same without waiting: a future, which the caller holds one reference
  * to, gets fn's result (weft_await). Cancelling or releasing the future
  * before fn has returned does not stop fn; its result then goes to
- * opts->release. Once the future holds the result, the result is the
- * future's: releasing it unread calls no release, so a caller that gives
- * up a future which may be done frees an owned result itself, taken with
- * weft_future_result before weft_future_release. Like every future, it
+ * opts->release. A result the future holds and nobody took (a weft_await
+ * or weft_future_result with `value` non-NULL takes it) goes to
+ * opts->release when the future's last reference is released: a caller
+ * that gives up, after -ECANCELED or -ETIMEDOUT from weft_await, just
+ * releases the future, done or not, and the result is released once
+ * wherever it is. (A taken result is the taker's.) Like every future, it
  * must not be used after weft_loop_free. May be called
  * outside a task (the current loop's pool). It is not a cancellation point:
  * a task already cancelled (or past its scope's deadline) still queues fn

@@ -301,8 +301,11 @@ static void deliver(weft_loop *loop, job *j) {
   if (f && !weft_future_done(f) && weft__future_refs(f) > 1) {
     if (j->err)
       weft_future_set_error(f, -j->err);
-    else
+    else {
+      if (j->release)
+        weft__future_releases(f, j->release, j->release_arg);
       weft_future_set_result(f, j->result);
+    }
   } else {
     job_drop_result(j);
   }

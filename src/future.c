@@ -55,7 +55,7 @@ struct weft_future {
   uint8_t state;    /* PENDING, ... */
   uint8_t reserved; /* holds a reserved callback slot of the loop */
   uint8_t queued;   /* a run of its callbacks is queued */
-  uint8_t spare;    /* 0: keeps the first word one store */
+  uint8_t flags;    /* FUT_*, 0 when made (the first word is one store) */
   union {
     void *value;            /* HAS_VALUE */
     int err;                /* HAS_ERROR: the positive errno value */
@@ -65,9 +65,20 @@ struct weft_future {
   done_cb *cbs_last;
   weft_loop *loop;
   weft_task *task;           /* weft_async's task (a detached handle) */
-  void *(*async_fn)(void *); /* ... and what it runs */
-  void *async_arg;
+  union {
+    struct {                     /* weft_async's: */
+      void *(*async_fn)(void *); /* what its task runs */
+      void *async_arg;
+    };
+    struct { /* weft_submit's, with FUT_RELEASES: for a value nobody took */
+      void (*release)(void *result, void *arg);
+      void *release_arg;
+    };
+  };
 };
+
+#define FUT_TAKEN    1 /* its value was handed out (weft_await, _result) */
+#define FUT_RELEASES 2 /* a value not taken goes to release at the end */
 
 _Static_assert(sizeof(struct weft_future) == 64, "a record per cache line");
 
@@ -86,7 +97,7 @@ static inline weft_future *chunk_records(future_chunk *c) {
 static inline void future_init(weft_future *f) {
   f->refs = 1;
   f->state = PENDING;
-  f->reserved = f->queued = f->spare = 0;
+  f->reserved = f->queued = f->flags = 0;
 }
 
 static void futures_free(weft_loop *loop);
@@ -136,6 +147,13 @@ inline weft_future *weft_future_new(void) {
 
 uint32_t weft__future_refs(const weft_future *f) { return f->refs; }
 
+void weft__future_releases(weft_future *f, void (*release)(void *, void *),
+                           void *arg) {
+  f->release = release;
+  f->release_arg = arg;
+  f->flags |= FUT_RELEASES;
+}
+
 weft_future *weft_future_ref(weft_future *f) {
   if (f)
     f->refs++;
@@ -162,7 +180,17 @@ static __attribute__((noinline)) void future_free_callbacks(weft_future *f) {
   future_recycle(f);
 }
 
+/* The last reference to a weft_submit future with a value nobody took:
+ * the value goes to the job's release callback, as it would have had the
+ * future been released before the job ended. */
+static __attribute__((noinline)) void future_release_value(weft_future *f) {
+  if (f->state == HAS_VALUE && !(f->flags & FUT_TAKEN))
+    f->release(f->u.value, f->release_arg);
+}
+
 static inline void future_free(weft_future *f) {
+  if (__builtin_expect(f->flags & FUT_RELEASES, 0))
+    future_release_value(f);
   if (__builtin_expect(f->cbs_last != NULL, 0))
     future_free_callbacks(f);
   else
@@ -359,8 +387,11 @@ int weft_future_result(const weft_future *f, void **value) {
   case HAS_ERROR: return -f->u.err;
   case CANCELLED: return -ECANCELED;
   }
-  if (value)
+  if (value) {
     *value = f->u.value;
+    /* Bookkeeping, not the outcome: the value is the caller's now. */
+    ((weft_future *)f)->flags |= FUT_TAKEN;
+  }
   return 0;
 }
 
@@ -440,8 +471,10 @@ inline int weft_await(weft_future *f, void **value) {
   if (__builtin_expect(
           (t->flags & TASK_CANCELLED) || t->scope || f->state != HAS_VALUE, 0))
     return await_slow(f, value, t);
-  if (value)
+  if (value) {
     *value = f->u.value;
+    f->flags |= FUT_TAKEN;
+  }
   return 0;
 }
 

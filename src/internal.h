@@ -540,6 +540,12 @@ void weft__loop_nudge(weft_loop *loop);
 /* A future's reference count (future.c). */
 uint32_t weft__future_refs(const weft_future *f);
 
+/* f (a weft_submit future about to get its value) hands a value nobody
+ * took (weft_await, weft_future_result) to release(value, arg) when its
+ * last reference goes (future.c). */
+void weft__future_releases(weft_future *f, void (*release)(void *, void *),
+                           void *arg);
+
 /* Forgets what the loop knows of fd, waking its waiters with -EBADF: what
  * weft_close does before close() (io.c). */
 void weft__fd_forget(weft_loop *loop, int fd);

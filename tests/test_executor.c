@@ -13,7 +13,8 @@
  *    submitted outside a task before weft_loop_run, which then waits for
  *    the job; a future released or cancelled before the job ends sends the
  *    result to the release callback, exactly once, with release_arg, on
- *    the loop's thread; a result that was taken never goes there; an
+ *    the loop's thread; a result that was taken never goes there, one
+ *    the future held and nobody took goes there at its last release; an
  *    awaiter cancelled leaves the future pending for the next awaiter;
  *  - cancellation: a task blocked in weft_run_in_thread_with returns
  *    -ECANCELED while the job still sleeps; the job runs to the end, its
@@ -469,6 +470,39 @@ static void *submit_main(void *arg) {
   weft_future_release(f);
   CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
   CHECK_EQ(rec.calls, 0);
+
+  /* A value nobody took goes to release when the last reference goes:
+   * a future done and never awaited, one awaited with value NULL (and a
+   * second reference holding it until its release); one whose value
+   * weft_future_result handed out is the caller's. */
+  for (int way = 0; way < 4; way++) {
+    o = rel_opts(&rec);
+    job_init(&j, 0, P(60 + way));
+    f = weft_submit_with(job_fn, &j, &o);
+    CHECK(f);
+    weft_future *second = way == 1 ? weft_future_ref(f) : NULL;
+    while (!weft_future_done(f))
+      CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+    if (way == 1)
+      CHECK_EQ(weft_await(f, NULL), 0);
+    if (way == 2) {
+      CHECK_EQ(weft_future_result(f, NULL), 0); /* looked at, not taken */
+      CHECK_EQ(weft_future_result(f, &v), 0);
+      CHECK_PTR_EQ(v, P(62));
+    }
+    if (way == 3) {
+      CHECK_EQ(weft_await(f, &v), 0);
+      CHECK_PTR_EQ(v, P(63));
+    }
+    weft_future_release(f);
+    if (way == 1)
+      CHECK_EQ(rec.calls, 0); /* the second reference holds it */
+    weft_future_release(second);
+    if (way < 2)
+      CHECK_RELEASED_ONCE(rec, P(60 + way));
+    else
+      CHECK_EQ(rec.calls, 0);
+  }
 
   /* Cancelling the future: its waiters get -ECANCELED at once, fn runs on
    * and its result goes to release (checked after the loop, in test_submit,
