@@ -207,7 +207,9 @@ weft_loop *weft_loop_current(void);
  * dropped, as weft_loop_free drops them. Returns fn's value, or a negative
  * errno if the loop could not be made (fn then never runs), weft_loop_run
  * failed (-EDEADLK, a backend's error; -EINVAL inside a running loop, fn
- * never run), or the loop was stopped before fn returned (-EINTR). fn's
+ * never run), or the loop was stopped before fn returned (-EINTR). These
+ * share the return with fn's own value: a program that must tell a loop's
+ * failure from fn's -ETIMEDOUT or -EINTR keeps fn's status in *arg. fn's
  * task belongs to weft_main: weft_join, weft_detach on it (weft_self())
  * are -EINVAL. */
 int weft_main(int (*fn)(void *), void *arg);
