@@ -1390,8 +1390,9 @@ struct addrinfo;
  * EAI_MEMORY: -ENOMEM; EAI_FAMILY: -EAFNOSUPPORT; EAI_SOCKTYPE:
  * -ESOCKTNOSUPPORT; EAI_BADFLAGS: -EINVAL; EAI_SYSTEM: the errno); -ENOMEM and
  * -EAGAIN also when the job itself could not be had (no memory, no worker
- * thread). -ECANCELED, -ETIMEDOUT: the lookup finishes on the pool and its list
- * is freed. Outside a task it calls getaddrinfo directly (nothing else would
+ * thread). -ECANCELED, -ETIMEDOUT: a lookup no worker had started is not
+ * made at all; one under way finishes on the pool and its list is freed.
+ * Outside a task it calls getaddrinfo directly (nothing else would
  * run meanwhile anyway). */
 int weft_getaddrinfo(const char *node, const char *service,
                      const struct addrinfo *hints, struct addrinfo **res);
@@ -1400,7 +1401,8 @@ int weft_getaddrinfo(const char *node, const char *service,
  * always "ready", so waiting for readiness would block the loop). Reads
  * and writes go through a buffer of the job's own, so a cancelled call
  * returns at once and never touches `buf` afterwards; a cancelled write may
- * still happen. (On the io_uring backend they are requests on the ring,
+ * still happen (if a worker had started it: one still queued is dropped,
+ * as are a queued open, read, fsync and weft_file_stat; not a close). (On the io_uring backend they are requests on the ring,
  * into and out of `buf` itself: a cancelled call there waits until the
  * kernel is done with `buf`, which for a file is soon, and returns what
  * the request did if it completed; and an O_DIRECT buffer must then be
@@ -1424,8 +1426,8 @@ int weft_getaddrinfo(const char *node, const char *service,
  * -EAGAIN (no worker thread could be started). A cancelled open closes the fd
  * it got (on the pool; on io_uring an open that completed although
  * cancelled returns it, above); a cancelled (or timed-out) close still
- * closes. The calls of a cancelled read or write still run on the pool:
- * weft_file_close of an fd with
+ * closes. The calls of a cancelled read or write that a worker had started
+ * still run there: weft_file_close of an fd with
  * such calls in flight returns at once (0, or -ECANCELED for a cancelled task)
  * and closes the fd when the last of them has ended, so its number is not
  * reused before (close files with weft_file_close, not weft_close).

@@ -93,7 +93,7 @@ int weft_getaddrinfo(const char *node, const char *service,
   }
   weft_submit_opts opts = {.release = lookup_free};
   int queued;
-  rc = weft__run_in_thread(resolve, l, NULL, &opts, &queued);
+  rc = weft__run_in_thread(resolve, l, NULL, &opts, &queued, 1);
   if (rc < 0) {
     if (!queued)
       weft__free(l); /* else lookup_free's, when the job ends */

@@ -56,6 +56,7 @@ typedef struct job {
   struct pool *left_in;      /* the other loop's pool, where call_end counted
                               * it as left to its cancellation, or NULL */
   int state;                 /* atomic: CALL_* */
+  int droppable; /* weft's own job: not run if its caller left first */
   int err; /* why there is no result (-ENOMEM, -ECANCELED, -ESHUTDOWN), or 0 */
 } job;
 
@@ -244,6 +245,7 @@ static job *job_new(weft_loop *loop, void *(*fn)(void *), void *arg,
   j->release_arg = opts ? opts->release_arg : NULL;
   j->to = NULL;
   j->err = 0;
+  j->droppable = 0;
   return j;
 }
 
@@ -641,11 +643,35 @@ static void executor_free(weft_loop *loop) {
 }
 
 /* ---- the public calls ------------------------------------------------- */
-/* The caller was cancelled: the job is nobody's now; delivery releases it. */
+/* Takes j off the queue if no worker has taken it yet; 1 if it did. */
+static int pool_unqueue(pool *p, job *j) {
+  int found = 0;
+  pthread_mutex_lock(&p->lock);
+  for (job **at = &p->head, *prev = NULL; *at; prev = *at, at = &(*at)->next)
+    if (*at == j) {
+      *at = j->next;
+      if (p->tail == j)
+        p->tail = prev;
+      p->queued--;
+      found = 1;
+      break;
+    }
+  pthread_mutex_unlock(&p->lock);
+  return found;
+}
+
+/* The caller was cancelled: the job is nobody's now; delivery releases it.
+ * One of weft's own that no worker has started is not run at all (a
+ * cancelled lookup or file read behind busy workers would otherwise run
+ * later for nobody, and weft_loop_run wait for it): it is delivered here,
+ * its result being its arg (weft__run_in_thread). */
 static void undo_run(weft_task *t, void *arg) {
   job *j = arg;
-  (void)t;
   j->task = NULL;
+  if (j->droppable && pool_unqueue(t->loop->executor, j)) {
+    j->result = j->arg;
+    deliver(t->loop, j);
+  }
 }
 
 /* The caller, woken by delivery, takes the result and the record goes. */
@@ -662,7 +688,8 @@ static void *take_result(pool *p, job *j) {
 }
 
 int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
-                        const weft_submit_opts *opts, int *queued) {
+                        const weft_submit_opts *opts, int *queued,
+                        int droppable) {
   *queued = 0;
   weft_task *t = weft__running_task();
   if (!t || !fn)
@@ -680,6 +707,7 @@ int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
   if (!j)
     return -ENOMEM;
   j->task = t;
+  j->droppable = droppable;
   if ((rc = job_submit(loop, j)) < 0)
     return rc;
   *queued = 1;
@@ -700,7 +728,7 @@ int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
 int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
                             const weft_submit_opts *opts) {
   int queued;
-  return weft__run_in_thread(fn, arg, result, opts, &queued);
+  return weft__run_in_thread(fn, arg, result, opts, &queued, 0);
 }
 
 int weft_run_in_thread(void *(*fn)(void *), void *arg, void **result) {

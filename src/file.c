@@ -130,6 +130,8 @@ static fop *fop_new(int op, int fd, size_t extra) {
   fop *f = weft__malloc(sizeof *f + extra + pad);
   if (f) {
     memset(f, 0, sizeof *f);
+    f->rc = -ECANCELED; /* until it runs: a job dropped unrun (executor.c)
+                         * has opened nothing for fop_release to close */
     f->data = (char *)(((uintptr_t)f->raw + pad) & ~(uintptr_t)pad);
     f->loop = weft__running_task()->loop;
     f->op = op;
@@ -196,7 +198,7 @@ static ssize_t fop_run(fop *f, void *out) {
     e->file_jobs++;
   }
   int queued;
-  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued);
+  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued, 1);
   if (rc < 0) {
     if (!queued) {
       fop_ended(f);
@@ -444,7 +446,7 @@ int weft_file_close(int fd) {
     return -ENOMEM;
   weft_submit_opts opts = {.release = fop_release};
   int queued;
-  int rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued);
+  int rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued, 0);
   if (rc < 0) {
     if (queued)
       return rc; /* the close happens on the pool */

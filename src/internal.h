@@ -449,10 +449,15 @@ void weft__seed_init(weft_loop *loop);
 
 /* weft_run_in_thread_with, which also says whether the job was queued:
  * *queued is 1 from the moment it is, and an error returned after that
- * (-ECANCELED, -ETIMEDOUT) means fn runs all the same and its result goes
- * to opts->release; 0 with an error means fn never runs (executor.c). */
+ * (-ECANCELED, -ETIMEDOUT) means its result goes to opts->release; 0 with
+ * an error means fn never runs (executor.c). With `droppable`, a job whose
+ * caller stops waiting before a worker took it is not run at all: its
+ * result is then `arg` itself, as it is when fn has run (fn must return
+ * arg, and release must tell a job not run from arg alone). Without it
+ * fn runs all the same. */
 int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
-                        const weft_submit_opts *opts, int *queued);
+                        const weft_submit_opts *opts, int *queued,
+                        int droppable);
 
 /* A process-unique id for a task or a generator (gen.c). */
 uint64_t weft__next_id(void);
