@@ -1904,7 +1904,8 @@ static void *file_cancel_close_main(void *arg) {
 
 /* A write whose deadline passes while it waits in the queue (the pool has
  * one thread, kept busy for 250 ms) is dropped: it never runs, so
- * weft_file_close closes the fd at once, and an fd opened right after
+ * weft_file_close (a job too, after the busy one) closes the fd with
+ * nothing to wait for, and an fd opened right after
  * (here by plain open(2), on the loop's thread, likely at the same
  * number) gets nothing. (Before, the write ran later for nobody, and the
  * close kept the number until it had: a write already started still
@@ -1933,14 +1934,15 @@ static void *deferred_close_main(void *arg) {
   CHECK_EQ(weft_file_write(fd, "late", 4, 0), -ETIMEDOUT);
   CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
   CHECK(!job_finished(&busy)); /* so the write was still queued */
+  /* The close is a job too, queued behind the busy one: let that end. */
+  __atomic_store_n(&busy_release, 1, __ATOMIC_RELEASE);
   CHECK_EQ(weft_file_close(fd), 0);
   errno = 0;
-  CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed at once */
+  CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed: no write held it */
   CHECK_EQ(errno, EBADF);
   int other = open(path_b, O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600);
   CHECK_GE(other, 0);
   CHECK_EQ(close(other), 0);
-  __atomic_store_n(&busy_release, 1, __ATOMIC_RELEASE);
   deferred_fd = fd;
   if (stop)
     weft_loop_stop(weft_loop_current());
@@ -2036,8 +2038,8 @@ static void *dropped_main(void *arg) {
     CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
   }
   CHECK(!job_finished(&busy)); /* so all of them were still queued */
-  CHECK_EQ(weft_file_close(fd), 0);
   __atomic_store_n(&drop_release, 1, __ATOMIC_RELEASE);
+  CHECK_EQ(weft_file_close(fd), 0); /* a job too: after the busy one */
   /* The pool's one thread runs what is left: the user's job alone. */
   while (__atomic_load_n(&runs, __ATOMIC_ACQUIRE) == 0)
     CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
