@@ -1303,6 +1303,17 @@ weft_future *weft_submit(void *(*fn)(void *), void *arg);
 weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
                               const weft_submit_opts *opts);
 
+/* Python's Future.cancel for a job: takes f's job (a weft_submit future)
+ * off the pool's queue if no worker has started it. 1: fn will never run,
+ * arg is the caller's again, and f is cancelled if it was pending (its
+ * weft_await returns -ECANCELED); the caller still releases f. 0: fn has
+ * started or returned (it runs to its end; weft_future_cancel and
+ * weft_future_release let go of the result, above), and nothing changed;
+ * also for a weft_submit_to_loop future, whose call is the other loop's
+ * once sent. -EINVAL: f NULL, not a job's future, or the caller not on
+ * f's loop's thread. Not a cancellation point; callable outside a task. */
+int weft_submit_cancel(weft_future *f);
+
 /* Runs fn(arg) in a new task of `loop`, another thread's loop, while the
  * caller's task waits and the other tasks keep running: the way into a
  * loop that owns something (a shard of data, a socket, a channel), for a

@@ -644,16 +644,18 @@ static void executor_free(weft_loop *loop) {
 
 /* ---- the public calls ------------------------------------------------- */
 /* Takes j off the queue if no worker has taken it yet; 1 if it did. */
-static int pool_unqueue(pool *p, job *j) {
-  int found = 0;
+/* Takes a job no worker has started off the queue: j itself, or the job
+ * of future f (j NULL). Returns the job, or NULL if it was not queued. */
+static job *pool_unqueue(pool *p, const job *j, const weft_future *f) {
+  job *found = NULL;
   pthread_mutex_lock(&p->lock);
   for (job **at = &p->head, *prev = NULL; *at; prev = *at, at = &(*at)->next)
-    if (*at == j) {
-      *at = j->next;
-      if (p->tail == j)
+    if (*at == j || (!j && (*at)->future == f)) {
+      found = *at;
+      *at = found->next;
+      if (p->tail == found)
         p->tail = prev;
       p->queued--;
-      found = 1;
       break;
     }
   pthread_mutex_unlock(&p->lock);
@@ -668,7 +670,7 @@ static int pool_unqueue(pool *p, job *j) {
 static void undo_run(weft_task *t, void *arg) {
   job *j = arg;
   j->task = NULL;
-  if (j->droppable && pool_unqueue(t->loop->executor, j)) {
+  if (j->droppable && pool_unqueue(t->loop->executor, j, NULL)) {
     j->result = j->arg;
     deliver(t->loop, j);
   }
@@ -750,6 +752,7 @@ static weft_future *submit_future(weft_loop *loop, weft_loop *to,
     return NULL;
   }
   j->future = weft_future_ref(f);
+  weft__future_mark_job(f);
   int rc = to ? call_send(loop, to, j) : job_submit(loop, j);
   if (rc < 0) {
     weft_future_release(f);
@@ -773,6 +776,20 @@ weft_future *weft_submit_with(void *(*fn)(void *), void *arg,
 
 weft_future *weft_submit(void *(*fn)(void *), void *arg) {
   return weft_submit_with(fn, arg, NULL);
+}
+
+int weft_submit_cancel(weft_future *f) {
+  weft_loop *loop = weft__future_job_loop(f);
+  if (!loop)
+    return -EINVAL;
+  /* (A call into another loop is never queued here: 0.) */
+  job *j = loop->executor ? pool_unqueue(loop->executor, NULL, f) : NULL;
+  if (!j)
+    return 0;         /* started, or done */
+  j->err = ECANCELED; /* fn never ran: no result to release */
+  weft_future_cancel(f);
+  deliver(loop, j);
+  return 1;
 }
 
 /* The caller of weft_run_in_loop was cancelled: the call is nobody's now

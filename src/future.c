@@ -79,6 +79,7 @@ struct weft_future {
 
 #define FUT_TAKEN    1 /* its value was handed out (weft_await, _result) */
 #define FUT_RELEASES 2 /* a value not taken goes to release at the end */
+#define FUT_JOB      4 /* weft_submit's or weft_submit_to_loop's */
 
 _Static_assert(sizeof(struct weft_future) == 64, "a record per cache line");
 
@@ -348,6 +349,12 @@ static inline void complete(weft_future *f, int state) {
  * weft_call_soon_threadsafe is the way in). */
 static inline int mine(const weft_future *f) {
   return weft__callers(f->loop, f->loop->thread);
+}
+
+void weft__future_mark_job(weft_future *f) { f->flags |= FUT_JOB; }
+
+weft_loop *weft__future_job_loop(const weft_future *f) {
+  return f && (f->flags & FUT_JOB) && mine(f) ? f->loop : NULL;
 }
 
 inline int weft_future_set_result(weft_future *f, void *value) {

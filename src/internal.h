@@ -551,6 +551,12 @@ uint32_t weft__future_refs(const weft_future *f);
 void weft__future_releases(weft_future *f, void (*release)(void *, void *),
                            void *arg);
 
+/* f is a job's future (weft_submit, weft_submit_to_loop), marked when
+ * made; weft__future_job_loop is then its loop, if the caller is on that
+ * loop's thread, else NULL (and for any other future) (future.c). */
+void weft__future_mark_job(weft_future *f);
+weft_loop *weft__future_job_loop(const weft_future *f);
+
 /* Forgets what the loop knows of fd, waking its waiters with -EBADF: what
  * weft_close does before close() (io.c). */
 void weft__fd_forget(weft_loop *loop, int fd);

@@ -577,6 +577,88 @@ static void on_done(weft_future *f, void *arg) {
   done_cb_calls++;
 }
 
+/* weft_submit_cancel: one pool thread held busy by a job, three jobs
+ * queued behind it. Taking one off the queue cancels its future (a task
+ * parked in weft_await of it wakes with -ECANCELED) and fn never runs;
+ * a job running or done is left alone (0); a future cancelled already
+ * still has its job taken off; misuse is -EINVAL, also from a worker. */
+static int unqueue_release; /* atomic: the busy job may end */
+
+static void *await_rc(void *f) {
+  void *v = NULL;
+  return P(weft_await(f, &v));
+}
+
+static void *submit_cancel_from_worker(void *f) {
+  return P(weft_submit_cancel(f)); /* not on the loop's thread */
+}
+
+static void *unqueue_main(void *arg) {
+  (void)arg;
+  static job busy; /* it outlives the task, should a check fail */
+  job_init(&busy, 0, P(1));
+  __atomic_store_n(&unqueue_release, 0, __ATOMIC_RELEASE);
+  busy.until = &unqueue_release;
+  weft_future *fb = weft_submit(job_fn, &busy);
+  CHECK(fb);
+  while (!job_started(&busy))
+    CHECK_EQ(weft_sleep(WEFT_MS(1)), 0);
+  runs = 0;
+  rel_rec rel = {0};
+  weft_submit_opts opts = {.release = on_release, .release_arg = &rel};
+  weft_future *a = weft_submit_with(count_fn, P(7), &opts);
+  weft_future *b = weft_submit_with(count_fn, P(8), &opts);
+  weft_future *c = weft_submit_with(count_fn, P(9), &opts);
+  CHECK(a && b && c);
+  weft_task *waiter = weft_spawn(await_rc, b);
+  CHECK(waiter);
+  CHECK_EQ(weft_yield(), 0); /* it parks in weft_await(b) */
+  CHECK_EQ(weft_executor_pending(weft_loop_current()), 4);
+
+  CHECK_EQ(weft_submit_cancel(fb), 0); /* running: left alone */
+  CHECK(!weft_future_done(fb));
+  CHECK_EQ(weft_submit_cancel(b), 1);
+  CHECK(weft_future_done(b));
+  CHECK_EQ(weft_future_result(b, NULL), -ECANCELED);
+  CHECK_EQ(weft_submit_cancel(b), 0); /* not queued any more */
+  CHECK_EQ(weft_executor_pending(weft_loop_current()), 3);
+  void *rc = NULL;
+  CHECK_EQ(weft_join(waiter, &rc), 0);
+  CHECK_EQ((int)(intptr_t)rc, -ECANCELED);
+
+  CHECK_EQ(weft_future_cancel(c), 1); /* the future first: fn would run */
+  CHECK_EQ(weft_submit_cancel(c), 1); /* ... and now will not */
+  CHECK_EQ(weft_executor_pending(weft_loop_current()), 2);
+
+  CHECK_EQ(weft_submit_cancel(NULL), -EINVAL);
+  weft_future *plain = weft_future_new();
+  CHECK(plain);
+  CHECK_EQ(weft_submit_cancel(plain), -EINVAL);
+  weft_future_release(plain);
+
+  __atomic_store_n(&unqueue_release, 1, __ATOMIC_RELEASE);
+  void *v = NULL;
+  CHECK_EQ(weft_await(fb, &v), 0);
+  CHECK_PTR_EQ(v, P(1));
+  CHECK_EQ(weft_await(a, &v), 0);
+  CHECK_PTR_EQ(v, P(7));
+  CHECK_EQ(weft_submit_cancel(a), 0); /* done */
+  CHECK_EQ(weft_future_result(a, NULL), 0);
+  weft_future *w = weft_submit(submit_cancel_from_worker, a);
+  CHECK(w);
+  CHECK_EQ(weft_await(w, &v), 0);
+  CHECK_EQ((int)(intptr_t)v, -EINVAL);
+  CHECK_EQ(runs, 1);      /* a's alone: b's and c's fn never ran */
+  CHECK_EQ(rel.calls, 0); /* a's value taken; b and c have none */
+  weft_future_release(w);
+  weft_future_release(fb);
+  weft_future_release(a);
+  weft_future_release(b);
+  weft_future_release(c);
+  CHECK_EQ(rel.calls, 0);
+  return NULL;
+}
+
 static void test_submit(void) {
   run("submit and await", submit_main, NULL);
 
@@ -587,6 +669,9 @@ static void test_submit(void) {
 
   run("an awaiter cancelled", awaiter_main, NULL);
   CHECK_EQ(shared_rec.calls, 0);
+
+  weft_config one = {.executor_threads = 1};
+  run_with("weft_submit_cancel", &one, unqueue_main, NULL);
 
   /* Outside a task, before the loop runs: the loop waits for the job (a
    * loop with jobs in flight is not idle), and the future has the value. */
