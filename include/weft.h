@@ -1293,7 +1293,8 @@ int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
  * that gives up, after -ECANCELED or -ETIMEDOUT from weft_await, just
  * releases the future, done or not, and the result is released once
  * wherever it is. (A taken result is the taker's.) Like every future, it
- * must not be used after weft_loop_free. May be called
+ * must not be used after weft_loop_free, which frees it even if held,
+ * handing an untaken result to opts->release first. May be called
  * outside a task (the current loop's pool). It is not a cancellation point:
  * a task already cancelled (or past its scope's deadline) still queues fn
  * and gets its future, as weft_spawn still spawns; the weft_await of it is

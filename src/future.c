@@ -122,6 +122,7 @@ static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
     weft_future *recs = chunk_records(c);
     for (int i = FUTURE_CHUNK; i-- > 0;) {
       weft_future *f = &recs[i];
+      f->refs = 0; /* not held (futures_free reads it) */
       f->waiters = NULL;
       f->cbs_last = NULL;
       f->loop = loop;
@@ -214,15 +215,20 @@ static void free_callbacks(done_cb *last) {
 }
 
 /* Frees every record of the loop, with the callbacks of those still held
- * (the loop's futures_free hook). */
+ * (the loop's futures_free hook). A weft_submit future still held with a
+ * value nobody took hands it to its release callback first, as its last
+ * release would have. */
 static void futures_free(weft_loop *loop) {
   while (loop->future_chunks) {
     future_chunk *c = loop->future_chunks;
     loop->future_chunks = c->next;
     weft_future *recs = chunk_records(c);
-    for (int i = 0; i < FUTURE_CHUNK; i++)
+    for (int i = 0; i < FUTURE_CHUNK; i++) {
+      if (recs[i].refs && (recs[i].flags & FUT_RELEASES))
+        future_release_value(&recs[i]);
       if (recs[i].cbs_last)
         free_callbacks(recs[i].cbs_last);
+    }
     weft__free(c->mem);
   }
   loop->future_cache = NULL;

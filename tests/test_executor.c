@@ -659,6 +659,42 @@ static void *unqueue_main(void *arg) {
   return NULL;
 }
 
+/* weft_submit futures still held when their loop is freed: an untaken
+ * result goes to release then, once; a taken one is the taker's. */
+static rel_rec held_rec;
+
+static void *held_main(void *arg) {
+  (void)arg;
+  weft_submit_opts opts = {.release = on_release, .release_arg = &held_rec};
+  weft_future *taken = weft_submit_with(count_fn, P(31), &opts);
+  weft_future *left = weft_submit_with(count_fn, P(32), &opts);
+  CHECK(taken && left);
+  void *v = NULL;
+  CHECK_EQ(weft_await(taken, &v), 0);
+  CHECK_PTR_EQ(v, P(31));
+  CHECK_EQ(weft_await(left, NULL), 0); /* done; its value not taken */
+  weft_loop_stop(weft_loop_current());
+  CHECK_EQ(weft_yield(), 0);
+  CHECK(0); /* not reached: the loop is freed first */
+  return NULL;
+}
+
+static void test_held_at_free(void) {
+  begin("submit futures held at weft_loop_free");
+  int fds = check_fd_count();
+  memset(&held_rec, 0, sizeof held_rec);
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  CHECK(weft_spawn(held_main, NULL));
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(held_rec.calls, 0);
+  weft_loop_free(loop);
+  CHECK_RELEASED_ONCE(held_rec, P(32));
+  CHECK_EQ(check_fd_count(), fds);
+  alarm(0);
+  printf("  submit futures held at weft_loop_free: ok\n");
+}
+
 static void test_submit(void) {
   run("submit and await", submit_main, NULL);
 
@@ -672,6 +708,7 @@ static void test_submit(void) {
 
   weft_config one = {.executor_threads = 1};
   run_with("weft_submit_cancel", &one, unqueue_main, NULL);
+  test_held_at_free();
 
   /* Outside a task, before the loop runs: the loop waits for the job (a
    * loop with jobs in flight is not idle), and the future has the value. */
