@@ -520,7 +520,10 @@ ssize_t weft_write_all(int fd, const void *buf, size_t len);
  * process (64, and more in a burst that comes while the loop is busy:
  * docs/io.md, "io_uring"), so a server that stops calling weft_accept to
  * cap its connections still holds those fds. The spare fd (/dev/null,
- * opened at the first call) stays open until weft_loop_free. */
+ * opened at the first call) stays open until weft_loop_free. The new
+ * socket has the options accept4 gives it: TCP_NODELAY, which
+ * weft_tcp_connect sets on its own sockets, is the caller's to set (a
+ * proxy or a server that writes small replies wants it). */
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen);
 
 /* Connects fd (made non-blocking) and waits for the result: 0 or a negative
