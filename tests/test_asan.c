@@ -4,6 +4,8 @@
  *  - an out-of-bounds write to a heap buffer inside a task is reported as
  *    a heap-buffer-overflow; one to an array on a task's stack, or on a
  *    generator's, as a stack-buffer-overflow (each in a child process);
+ *  - a write into the frame of a task that has ended, as a
+ *    use-after-poison (the top of a stack in the pool is poisoned);
  *  - a clean program that switches a lot (many tasks, generators inside
  *    tasks, deep frames, stacks reused from the pool, a generator that
  *    ignored close, tasks dropped unfinished by weft_loop_free) gets no
@@ -85,6 +87,36 @@ static void child_gen(void *arg) {
   fprintf(stderr, "no report\n");
 }
 
+/* A pointer into the frame of a task that has ended: its stack is back in
+ * the pool, whose top is poisoned, so the write is reported (before a new
+ * task takes the stack and hides it). A cancelled parent's join returns at
+ * once, and a child holding its locals writes into them so: a newcomer's
+ * proxy did, and only valgrind saw it. */
+static int *volatile dead_local;
+
+__attribute__((noinline)) static void *leaks_local(void *arg) {
+  (void)arg;
+  int local = 1;
+  dead_local = &local;
+  __asm__ volatile("" : : "r"(&local) : "memory");
+  return NULL;
+}
+
+static int run_dead_frame(void *arg) {
+  (void)arg;
+  weft_task *t = weft_spawn(leaks_local, NULL);
+  CHECK(t != NULL);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  *dead_local = 2; /* the frame is gone */
+  return 0;
+}
+
+static void child_dead_frame(void *arg) {
+  (void)arg;
+  weft_main(run_dead_frame, NULL);
+  fprintf(stderr, "no report\n");
+}
+
 static void expect_report(const check_child *res, const char *kind) {
   CHECK_CONTAINS(res->err, "AddressSanitizer");
   CHECK_CONTAINS(res->err, kind);
@@ -100,6 +132,8 @@ static void test_reports(void) {
   expect_report(&res, "stack-buffer-overflow");
   check_child_run(child_gen, NULL, &res, 60);
   expect_report(&res, "stack-buffer-overflow");
+  check_child_run(child_dead_frame, NULL, &res, 60);
+  expect_report(&res, "use-after-"); /* -poison, or -return (fake stacks) */
 }
 
 /* ---- a clean program gets no report ---------------------------------- */
