@@ -1177,6 +1177,14 @@ typedef struct weft_actor_opts {
   void *release_arg;
   /* The task's stack size (0: the loop's default). */
   size_t stack_size;
+  /* Called as reply_release(value, reply_release_arg) for a reply value
+   * that its asker never took (weft_await, weft_future_result): the asker
+   * stopped waiting (cancelled, a deadline) and released the future, or
+   * cancelled it itself. Exactly once, at the future's last release
+   * (weft_actor_reply's own, if the asker let go first). NULL: such values
+   * are dropped. */
+  void (*reply_release)(void *value, void *arg);
+  void *reply_release_arg;
 } weft_actor_opts;
 
 /* Spawns fn(arg) as an actor named `name` (copied; NULL: anonymous, found
@@ -1212,8 +1220,39 @@ int weft_actor_try_send_to(weft_actor *a, void *msg);
 
 /* Inside an actor: the oldest message, waiting for one (a cancellation
  * point; see Fairness). 0 and *msg; -ECANCELED, -ETIMEDOUT (no message
- * taken); -EINVAL outside an actor or msg NULL. */
+ * taken); -EINVAL outside an actor or msg NULL. The message received
+ * before, if it was asked (weft_actor_ask) and is neither answered nor
+ * taken, is cancelled first, whatever this call returns. */
 int weft_actor_recv(void **msg);
+
+/* Request and reply. Queues msg as weft_actor_send / _send_to would (the
+ * same wait for room, order and errors), with a new reply future, and
+ * returns the caller's reference to it: wait with weft_await (under a
+ * deadline if need be), then weft_future_release. NULL and errno:
+ * ENOENT, ENOMEM, EINVAL, and for a bounded mailbox ECANCELED, ETIMEDOUT,
+ * EDEADLK; msg was then not queued and is still the caller's. Once
+ * queued, msg is the actor's (an asker that may stop waiting must not
+ * point it into its own stack). The reply completes with the actor's
+ * answer, or -ECANCELED in weft_await if the actor received another
+ * message or ended without answering, or ended with msg still queued
+ * (msg then goes to the release callback first). */
+weft_future *weft_actor_ask(const char *name, void *msg);
+weft_future *weft_actor_ask_to(weft_actor *a, void *msg);
+
+/* Inside an actor: answers the message it received last with value.
+ * Returns 0; -ENOENT if that message was sent, not asked, was answered or
+ * taken already, or weft_actor_recv was called since; -EINVAL outside an
+ * actor (in its release callback too). A value whose asker has stopped
+ * waiting goes to the reply_release option. */
+int weft_actor_reply(void *value);
+
+/* Inside an actor: the reply future of the message it received last,
+ * for an error (weft_future_set_error), or an answer given later or by
+ * another task. The caller holds a reference: it completes the future
+ * (weft_future_set_result, _set_error, _cancel) and releases it; the asker
+ * waits until then. NULL and errno: ENOENT (as for weft_actor_reply),
+ * EINVAL outside an actor. */
+weft_future *weft_actor_take_reply(void);
 
 /* The actor of that name on the current loop, or NULL. */
 weft_actor *weft_actor_lookup(const char *name);

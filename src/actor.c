@@ -28,6 +28,15 @@
  * another actor. Records are never given back to the allocator before the
  * loop is freed, so a stale handle always points at readable memory.
  *
+ * An ask (weft_actor_ask) is a send whose mailbox slot also holds a reply
+ * future, made with two references: the asker's, returned, and the slot's.
+ * weft_actor_recv moves the slot's into a->current, the reply of the
+ * message the actor received last; weft_actor_reply completes and drops
+ * it, weft_actor_take_reply hands it over. A reply still current when the
+ * actor calls recv again or ends, and those of the messages left in the
+ * mailbox, are cancelled and dropped: no asker waits for an answer that
+ * cannot come. Plain sends leave the slot's reply NULL.
+ *
  * The actor behind the running task is found through the hook itself:
  * a task whose on_exit is actor_exit is an actor, and on_exit_arg is its
  * record. No field of the task record is needed for it.
@@ -43,6 +52,7 @@ enum { ACTOR_FREE, ACTOR_LIVE, ACTOR_ENDED };
 typedef struct sender {
   weft__queued q; /* first: the queue's records are senders */
   void *msg;
+  weft_future *reply; /* an ask's (the slot's reference), else NULL */
 } sender;
 
 /*
@@ -57,7 +67,8 @@ typedef struct sender {
  */
 typedef struct mail {
   void *msg;
-  uint64_t seq; /* the loop's count of sends when it was queued */
+  uint64_t seq;       /* the loop's count of sends when it was queued */
+  weft_future *reply; /* an ask's, with a reference; NULL: a plain send */
 } mail;
 
 struct weft_actor {
@@ -77,6 +88,9 @@ struct weft_actor {
   void *enders_tail;     /* ... and the last of them */
   void (*release)(void *msg, void *arg); /* for messages left at the end */
   void *release_arg;
+  weft_future *current; /* reply of the message received last (see top) */
+  void (*reply_release)(void *value, void *arg); /* for replies not taken */
+  void *reply_release_arg;
   uint16_t gen;      /* handle generation: bumped on each recycle */
   uint8_t state;     /* ACTOR_* */
   uint8_t receiving; /* its task is parked in weft_actor_recv */
@@ -267,12 +281,12 @@ static int ring_resize(weft_actor *a, size_t cap) {
 }
 
 /* The mail a message becomes, numbered. */
-static mail stamp(const weft_actor *a, void *msg) {
+static mail stamp(const weft_actor *a, void *msg, weft_future *reply) {
   registry *r = a->loop->actors;
-  return (mail){msg, ++r->sends};
+  return (mail){msg, ++r->sends, reply};
 }
 
-static int ring_push(weft_actor *a, void *msg) {
+static int ring_push(weft_actor *a, void *msg, weft_future *reply) {
   if (a->len == a->cap) {
     if (a->cap > SIZE_MAX / 2 / sizeof(mail))
       return -ENOMEM;
@@ -280,16 +294,16 @@ static int ring_push(weft_actor *a, void *msg) {
     if (rc < 0)
       return rc;
   }
-  a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, msg);
+  a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, msg, reply);
   a->len++;
   return 0;
 }
 
-static void *ring_take(weft_actor *a) {
-  void *msg = a->ring[a->head].msg;
+static mail ring_take(weft_actor *a) {
+  mail m = a->ring[a->head];
   a->head = (a->head + 1) & (a->cap - 1);
   a->len--;
-  return msg;
+  return m;
 }
 
 /* A ring that once held a burst gives most of it back when the burst is
@@ -300,9 +314,10 @@ static void ring_maybe_shrink(weft_actor *a) {
     (void)ring_resize(a, a->cap / 2);
 }
 
-/* Queues msg and wakes the actor if it waits for one. */
-static int deliver(weft_actor *a, void *msg) {
-  int rc = ring_push(a, msg);
+/* Queues msg (with an ask's reply) and wakes the actor if it waits for
+ * one. */
+static int deliver(weft_actor *a, void *msg, weft_future *reply) {
+  int rc = ring_push(a, msg, reply);
   if (rc < 0)
     return rc;
   if (a->receiving) {
@@ -310,6 +325,36 @@ static int deliver(weft_actor *a, void *msg) {
     weft__wake(a->rec, 0);
   }
   return 0;
+}
+
+/* ---- replies ---------------------------------------------------------- */
+/* Tells an asker that its message will not be answered: the reply is
+ * cancelled (its weft_await returns -ECANCELED; one the asker completed or
+ * cancelled itself stays as it is) and the mailbox's reference dropped. No
+ * user code runs here: a cancelled reply holds no value to release. */
+static void unanswered(weft_future *f) {
+  if (f) {
+    (void)weft_future_cancel(f);
+    weft_future_release(f);
+  }
+}
+
+/* Out of line: weft_actor_recv's test for it is all a plain send's
+ * message costs. */
+static __attribute__((noinline)) void drop_current(weft_actor *a) {
+  weft_future *f = a->current;
+  a->current = NULL;
+  unanswered(f);
+}
+
+/* The leftover mail m at the end: the message to the release callback
+ * first, then the reply, so that an asker returns only once its message
+ * has been released (one that points into its stack stays valid until
+ * then, even if the callback blocks). */
+static void release_mail(weft_actor *a, mail m) {
+  if (a->release)
+    a->release(m.msg, a->release_arg);
+  unanswered(m.reply);
 }
 
 /* ---- spawning and ending ---------------------------------------------- */
@@ -352,6 +397,9 @@ weft_actor *weft_actor_spawn_opts(const char *name, void *(*fn)(void *),
   a->bound = opts ? opts->mailbox_bound : 0;
   a->release = opts ? opts->release : NULL;
   a->release_arg = opts ? opts->release_arg : NULL;
+  a->current = NULL;
+  a->reply_release = opts ? opts->reply_release : NULL;
+  a->reply_release_arg = opts ? opts->reply_release_arg : NULL;
   a->senders = a->senders_tail = NULL;
   a->enders = a->enders_tail = NULL;
   a->receiving = 0;
@@ -380,18 +428,20 @@ static void actor_exit(weft_task *t, void *arg) {
   a->task = NULL;
   if (a->name)
     registry_remove(r, a);
-  /* The waiting senders' messages were never queued: they stay theirs. */
+  /* The message it received last will not be answered now. */
+  drop_current(a);
+  /* The waiting senders' messages were never queued: they stay theirs
+   * (and an asker's reply is its own to drop). */
   while (weft__wake_first(&a->senders, -ENOENT))
     ;
   /* The rest goes to the release callback, oldest first. It is user code:
    * the ring is re-read after each call. It may also block, and tasks that
    * wait for the end meanwhile join the waiters (a->rec, still set, tells
-   * weft_actor_wait the callback itself apart). */
-  while (a->len) {
-    void *msg = ring_take(a);
-    if (a->release)
-      a->release(msg, a->release_arg);
-  }
+   * weft_actor_wait the callback itself apart). Should the loop be freed
+   * meanwhile, the reply of the message in hand is freed with the loop's
+   * futures, pending: its asker is gone, and it holds no value. */
+  while (a->len)
+    release_mail(a, ring_take(a));
   a->rec = NULL;
   /* Ended and released: now the waiters. */
   while (weft__wake_first(&a->enders, 0))
@@ -409,15 +459,16 @@ static void actors_free(weft_loop *loop) {
   /* The tasks are gone (their stacks dropped, with any waiting senders on
    * them): only what the records own is left, and the messages queued in
    * the mailboxes of actors that never finished ending (live, or dropped
-   * inside a release callback that blocked), which are released. */
+   * inside a release callback that blocked), which are released, and the
+   * replies they still hold, which are cancelled and dropped. The loop's
+   * futures are freed after this (weft_loop_free), so all of it is still
+   * there. */
   while (r->all) {
     weft_actor *a = r->all;
     r->all = a->all;
-    while (a->len) {
-      void *msg = ring_take(a);
-      if (a->release)
-        a->release(msg, a->release_arg);
-    }
+    drop_current(a);
+    while (a->len)
+      release_mail(a, ring_take(a));
     weft__free(a->name);
     weft__free(a->ring);
     weft__free(a);
@@ -427,7 +478,7 @@ static void actors_free(weft_loop *loop) {
 }
 
 /* ---- sending ---------------------------------------------------------- */
-static int send_bounded(weft_actor *a, void *msg) {
+static int send_bounded(weft_actor *a, void *msg, weft_future *reply) {
   weft_task *t = weft__running_task();
   if (t) {
     int rc = weft__checkpoint(); /* a blocking call: it checks first */
@@ -435,12 +486,12 @@ static int send_bounded(weft_actor *a, void *msg) {
       return rc;
   }
   if (a->len < a->bound && !a->senders)
-    return deliver(a, msg);
+    return deliver(a, msg, reply);
   if (!t)
     return -EINVAL; /* it would have to wait, outside a task */
   if (t == a->rec)
     return -EDEADLK; /* only the actor itself could make room */
-  sender s = {.msg = msg};
+  sender s = {.msg = msg, .reply = reply};
   /* 0: a receive moved msg into the mailbox. -ENOENT: the actor ended.
    * -ECANCELED, -ETIMEDOUT: the undo took s off; msg was not queued.
    * Either way s is off the list, and `a` must not be touched again. */
@@ -457,10 +508,10 @@ static int send_to(weft_actor *a, void *msg, int try) {
   if (!weft__callers(a->loop, a->loop->thread))
     return -EINVAL;
   if (!a->bound)
-    return deliver(a, msg);
+    return deliver(a, msg, NULL);
   if (try)
-    return a->len >= a->bound || a->senders ? -EAGAIN : deliver(a, msg);
-  return send_bounded(a, msg);
+    return a->len >= a->bound || a->senders ? -EAGAIN : deliver(a, msg, NULL);
+  return send_bounded(a, msg, NULL);
 }
 
 static int send_by_handle(weft_actor *h, void *msg, int try) {
@@ -497,6 +548,94 @@ int weft_actor_try_send(const char *name, void *msg) {
   return send_by_name(name, msg, 1);
 }
 
+/* ---- asking and replying ---------------------------------------------- */
+/* A send to a (NULL: no such actor) with a reply: the reply, or NULL and
+ * errno. The checks are send_to's, made before the reply is: a refused
+ * ask allocates nothing. */
+static weft_future *ask(weft_actor *a, void *msg) {
+  if (!a) {
+    errno = ENOENT;
+    return NULL;
+  }
+  if (!weft__callers(a->loop, a->loop->thread)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  /* The asker's reference, and the mailbox slot's, taken before the send:
+   * an actor may answer and drop its own before the asker is back from a
+   * wait for room. */
+  weft_future *f = weft__future_new_in(a->loop);
+  if (!f) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  weft_future_ref(f);
+  if (a->reply_release)
+    weft__future_releases(f, a->reply_release, a->reply_release_arg);
+  int rc = a->bound ? send_bounded(a, msg, f) : deliver(a, msg, f);
+  if (rc < 0) { /* not queued: neither reference was handed out */
+    weft_future_release(f);
+    weft_future_release(f);
+    errno = -rc;
+    return NULL;
+  }
+  return f;
+}
+
+weft_future *weft_actor_ask_to(weft_actor *h, void *msg) {
+  if (!h) {
+    errno = EINVAL;
+    return NULL;
+  }
+  /* As for a send: the thread first, then the record. */
+  const weft_loop *loop = address_of(h)->loop;
+  if (!weft__callers(loop, loop->thread)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return ask(record_of(h), msg);
+}
+
+weft_future *weft_actor_ask(const char *name, void *msg) {
+  weft_loop *loop = this_loop();
+  if (!name || !loop) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return ask(registry_find(loop->actors, name, name_hash(name)), msg);
+}
+
+int weft_actor_reply(void *value) {
+  weft_actor *a = running_actor(NULL);
+  if (!a)
+    return -EINVAL;
+  weft_future *f = a->current;
+  if (!f)
+    return -ENOENT;
+  a->current = NULL;
+  /* An asker that cancelled the reply itself takes no value: it goes to
+   * reply_release, as one the asker let go of unread does. */
+  if (weft_future_set_result(f, value) < 0 && a->reply_release)
+    a->reply_release(value, a->reply_release_arg);
+  weft_future_release(f);
+  return 0;
+}
+
+weft_future *weft_actor_take_reply(void) {
+  weft_actor *a = running_actor(NULL);
+  if (!a) {
+    errno = EINVAL;
+    return NULL;
+  }
+  weft_future *f = a->current;
+  if (!f) {
+    errno = ENOENT;
+    return NULL;
+  }
+  a->current = NULL;
+  return f;
+}
+
 /* ---- receiving -------------------------------------------------------- */
 static void undo_recv(weft_task *t, void *arg) {
   weft_actor *a = arg;
@@ -506,18 +645,18 @@ static void undo_recv(weft_task *t, void *arg) {
 
 /* Takes the oldest message; a slot freed in a bounded mailbox goes to the
  * first waiting sender, whose message joins the queue at once. */
-static void *take(weft_actor *a) {
-  void *msg = ring_take(a);
+static mail take(weft_actor *a) {
+  mail m = ring_take(a);
   const sender *s = a->senders;
   if (s) {
     /* The slot just freed: cannot fail. */
-    a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, s->msg);
+    a->ring[(a->head + a->len) & (a->cap - 1)] = stamp(a, s->msg, s->reply);
     a->len++;
     weft__wake_first(&a->senders, 0);
   } else {
     ring_maybe_shrink(a);
   }
-  return msg;
+  return m;
 }
 
 /* The fairness rule, for an actor with a message waiting and the task
@@ -549,6 +688,10 @@ int weft_actor_recv(void **msg) {
   weft_actor *a = running_actor(&t);
   if (!a || !msg)
     return -EINVAL;
+  /* Asking for the next message ends the last one's turn: unanswered, its
+   * asker is told so now, not when the next message comes. */
+  if (__builtin_expect(a->current != NULL, 0))
+    drop_current(a);
   int rc = weft__checkpoint();
   if (rc < 0)
     return rc;
@@ -587,7 +730,9 @@ static int recv_in(weft_actor *a, weft_loop *loop, void **msg) {
     if (rc < 0)
       return rc;
   }
-  *msg = take(a);
+  mail m = take(a);
+  *msg = m.msg;
+  a->current = m.reply;
   return 0;
 }
 

@@ -70,7 +70,8 @@ struct weft_future {
       void *(*async_fn)(void *); /* what its task runs */
       void *async_arg;
     };
-    struct { /* weft_submit's, with FUT_RELEASES: for a value nobody took */
+    struct { /* weft_submit's and actor replies', with FUT_RELEASES: for a
+              * value nobody took */
       void (*release)(void *result, void *arg);
       void *release_arg;
     };
@@ -141,6 +142,17 @@ inline weft_future *weft_future_new(void) {
   weft_loop *loop = weft__loop_running;
   weft_future *f;
   if (__builtin_expect(!loop || !(f = loop->future_cache), 0))
+    return future_new_slow(loop);
+  loop->future_cache = f->u.next_free;
+  future_init(f);
+  return f;
+}
+
+/* weft_future_new for a loop named by the caller: an actor's reply belongs
+ * to the actor's loop, whichever loop runs (or none). */
+weft_future *weft__future_new_in(weft_loop *loop) {
+  weft_future *f = loop->future_cache;
+  if (!f)
     return future_new_slow(loop);
   loop->future_cache = f->u.next_free;
   future_init(f);

@@ -542,12 +542,15 @@ void weft__loop_wake(weft_loop *loop);
  * The push must be sequentially consistent (loop.c's ts_arm). */
 void weft__loop_nudge(weft_loop *loop);
 
+/* A pending future of `loop`, one reference; NULL (ENOMEM) (future.c). */
+weft_future *weft__future_new_in(weft_loop *loop);
+
 /* A future's reference count (future.c). */
 uint32_t weft__future_refs(const weft_future *f);
 
-/* f (a weft_submit future about to get its value) hands a value nobody
- * took (weft_await, weft_future_result) to release(value, arg) when its
- * last reference goes (future.c). */
+/* f (a weft_submit future about to get its value, or an actor's reply)
+ * hands a value nobody took (weft_await, weft_future_result) to
+ * release(value, arg) when its last reference goes (future.c). */
 void weft__future_releases(weft_future *f, void (*release)(void *, void *),
                            void *arg);
 
