@@ -34,7 +34,14 @@
  *  - request and reply through a future (docs/actors.md): an asker
  *    cancelled while it waits, and askers left when the actor ends, whose
  *    requests its release callback cancels;
- *  - out of memory at each allocation in turn: clean failures, no leaks.
+ *  - ask and reply: round trips by name and handle, replies to sends and
+ *    second replies refused, replies taken and answered later or with an
+ *    error, asks left unanswered cancelled (at the actor's next recv, at
+ *    its end, with the queued messages released first), reply_release for
+ *    values nobody took (once), asks to full bounded mailboxes (deadline,
+ *    the actor ending, EDEADLK), and a loop freed with asks queued;
+ *  - out of memory at each allocation in turn (sends and asks): clean
+ *    failures, no leaks.
  */
 #include "weft.h"
 
@@ -1144,6 +1151,20 @@ static int oom_main(void *arg) {
         c->sent++;
       }
     }
+  /* An ask each: a refused one (no future, or no room in the ring) queued
+   * nothing; a queued one's reply is released at once, unanswered. */
+  for (int i = 0; i < OOM_ACTORS; i++) {
+    if (!h[i])
+      continue;
+    errno = 0;
+    weft_future *f = weft_actor_ask_to(h[i], P(OOM_MSGS));
+    if (!f) {
+      CHECK_EQ(errno, ENOMEM);
+      continue;
+    }
+    c->sent++;
+    weft_future_release(f);
+  }
   /* The actors are left waiting (or told to stop, memory permitting): the
    * deadlock rule ends those still there. */
   for (int i = 0; i < OOM_ACTORS; i++)
@@ -1172,7 +1193,7 @@ static void oom_child(void *unused) {
     if (!oom_failures) {
       CHECK_EQ(rc, 0);
       CHECK_EQ(c.spawned, OOM_ACTORS);
-      CHECK_EQ(c.sent, OOM_ACTORS * OOM_MSGS);
+      CHECK_EQ(c.sent, OOM_ACTORS * (OOM_MSGS + 1));
       CHECK_GT(n, 20);
       break;
     }
@@ -1504,6 +1525,543 @@ static void test_ask_reply_freed(void) {
   CHECK_EQ(nleft, 4);
 }
 
+/* ---- ask and reply ----------------------------------------------------
+ * weft_actor_ask queues a message with a reply future; the actor answers
+ * the message it received last (weft_actor_reply), or takes the future to
+ * complete it later (weft_actor_take_reply). What the actor does with each
+ * message is written in it: an `order`, on the stack of the test's main
+ * task, which outlives the actors and the askers. */
+enum {
+  ANSWER,   /* reply 2x, then try a second reply */
+  IGNORE,   /* no answer: the next recv cancels the reply */
+  TAKE,     /* take the reply; a helper answers x + 1 once gate is set */
+  TAKE_ERR, /* take the reply, complete it with EPERM */
+  GATED,    /* await gate, then reply x */
+  HOLD,     /* await gate, then return without answering */
+  ASK_SELF, /* fill its own mailbox (bound 1), then ask itself */
+  QUIT      /* return */
+};
+
+struct ask_job;
+
+typedef struct order {
+  int how;
+  intptr_t x;
+  weft_future *gate;
+  int received;        /* times the actor got it */
+  int released;        /* times the release callback got it */
+  int rc[2];           /* what the actor's reply calls returned */
+  weft_future *taken;  /* TAKE: the reply the actor took */
+  struct ask_job *job; /* its asker, if a task asked it */
+} order;
+
+/* An asker task: asks `to` for o, waits (in a scope with that deadline,
+ * unless WEFT_NEVER), releases the reply. */
+typedef struct ask_job {
+  weft_actor *to;
+  order *o;
+  int64_t deadline;
+  int ask_errno; /* 0: asked; else weft_actor_ask_to's errno */
+  int rc;        /* weft_await's */
+  void *value;
+  int scope_rc;
+  int done;
+} ask_job;
+
+static void *ask_task(void *arg) {
+  ask_job *j = arg;
+  weft_scope sc;
+  if (j->deadline != WEFT_NEVER)
+    weft_scope_enter(&sc, j->deadline);
+  errno = 0;
+  weft_future *f = weft_actor_ask_to(j->to, j->o);
+  if (!f) {
+    j->ask_errno = errno;
+  } else {
+    j->rc = weft_await(f, &j->value);
+    weft_future_release(f);
+  }
+  if (j->deadline != WEFT_NEVER)
+    j->scope_rc = weft_scope_exit(&sc);
+  j->done = 1;
+  return NULL;
+}
+
+static weft_task *start_asker(ask_job *j, weft_actor *to, order *o,
+                              int64_t deadline) {
+  *j = (ask_job){.to = to, .o = o, .deadline = deadline, .rc = 1};
+  o->job = j;
+  weft_task *t = weft_spawn(ask_task, j);
+  CHECK(t);
+  return t;
+}
+
+/* Asks and waits: the value, or the error as a pointer. */
+static intptr_t ask_wait(weft_actor *to, order *o) {
+  weft_future *f = weft_actor_ask_to(to, o);
+  CHECK(f);
+  void *v = NULL;
+  int rc = weft_await(f, &v);
+  weft_future_release(f);
+  return rc == 0 ? I(v) : rc;
+}
+
+/* What an ask test's actor was given, and what it and its callbacks saw. */
+typedef struct asks_log {
+  weft_future *gate;         /* awaited before the first recv, if set */
+  int early_reply;           /* weft_actor_reply before the first message */
+  int early_take_errno;      /* weft_actor_take_reply's errno then */
+  int reply_releases;        /* reply_release calls ... */
+  intptr_t released_value;   /* ... and the value of the last */
+  int asker_done_at_release; /* release found an order's asker returned */
+} asks_log;
+
+static void count_reply_release(void *value, void *arg) {
+  asks_log *log = arg;
+  log->reply_releases++;
+  log->released_value = I(value);
+}
+
+/* The release callback: each order once, before its asker has returned
+ * (its reply is cancelled after the message is released). It yields, as
+ * a release callback may, so that an asker told too early would run. */
+static void release_order(void *msg, void *arg) {
+  asks_log *log = arg;
+  order *o = msg;
+  o->released++;
+  for (int i = 0; i < 3; i++)
+    (void)weft_yield(); /* -ECANCELED in an actor that was cancelled */
+  if (o->job && o->job->done)
+    log->asker_done_at_release++;
+}
+
+static void *answer_later(void *arg) {
+  order *o = arg;
+  CHECK_EQ(weft_await(o->gate, NULL), 0);
+  CHECK_EQ(weft_future_done(o->taken), false); /* the asker still waits */
+  CHECK_EQ(weft_future_set_result(o->taken, P(o->x + 1)), 0);
+  weft_future_release(o->taken);
+  return NULL;
+}
+
+static void *answerer(void *arg) {
+  asks_log *log = arg;
+  if (log->gate && weft_await(log->gate, NULL) < 0)
+    return NULL; /* cancelled before its first message */
+  log->early_reply = weft_actor_reply(P(1));
+  errno = 0;
+  CHECK(weft_actor_take_reply() == NULL);
+  log->early_take_errno = errno;
+  void *m;
+  while (weft_actor_recv(&m) == 0) {
+    order *o = m;
+    o->received++;
+    switch (o->how) {
+    case ANSWER:
+      o->rc[0] = weft_actor_reply(P(o->x * 2));
+      o->rc[1] = weft_actor_reply(P(0));
+      break;
+    case IGNORE: break;
+    case TAKE:
+    case TAKE_ERR: {
+      weft_future *f = weft_actor_take_reply();
+      CHECK(f);
+      o->rc[0] = weft_actor_reply(P(0)); /* taken: nothing to answer */
+      errno = 0;
+      CHECK(weft_actor_take_reply() == NULL);
+      o->rc[1] = -errno;
+      if (o->how == TAKE_ERR) {
+        CHECK_EQ(weft_future_set_error(f, EPERM), 0);
+        weft_future_release(f);
+      } else {
+        o->taken = f;
+        CHECK_EQ(weft_go(answer_later, o), 0);
+      }
+      break;
+    }
+    case GATED:
+      CHECK_EQ(weft_await(o->gate, NULL), 0);
+      o->rc[0] = weft_actor_reply(P(o->x));
+      break;
+    case HOLD: CHECK_EQ(weft_await(o->gate, NULL), 0); return NULL;
+    case ASK_SELF: {
+      /* Full at once, or by an ask waiting for room. */
+      static order filler = {.how = IGNORE};
+      (void)weft_actor_try_send_to(weft_actor_self(), &filler);
+      errno = 0;
+      CHECK(weft_actor_ask_to(weft_actor_self(), o) == NULL);
+      o->rc[0] = -errno;
+      break;
+    }
+    case QUIT: return NULL;
+    }
+  }
+  return NULL;
+}
+
+static weft_actor *spawn_answerer(const char *name, asks_log *log,
+                                  size_t bound) {
+  weft_actor_opts opts = {.mailbox_bound = bound,
+                          .release = release_order,
+                          .release_arg = log,
+                          .reply_release = count_reply_release,
+                          .reply_release_arg = log};
+  weft_actor *a = weft_actor_spawn_opts(name, answerer, log, &opts);
+  CHECK(a);
+  return a;
+}
+
+/* A round trip by name and by handle; a second reply, a reply to a plain
+ * send, and replies before any message: -ENOENT; misuse. */
+static int ask_basic_main(void *unused) {
+  (void)unused;
+  order o = {.how = ANSWER, .x = 1};
+  CHECK_EQ(weft_actor_reply(P(1)), -EINVAL); /* not an actor */
+  errno = 0;
+  CHECK(weft_actor_take_reply() == NULL);
+  CHECK_EQ(errno, EINVAL);
+  errno = 0;
+  CHECK(weft_actor_ask("nobody", &o) == NULL);
+  CHECK_EQ(errno, ENOENT);
+  errno = 0;
+  CHECK(weft_actor_ask(NULL, &o) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  errno = 0;
+  CHECK(weft_actor_ask_to(NULL, &o) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  CHECK_EQ(o.received, 0);
+
+  asks_log log = {0};
+  weft_actor *a = spawn_answerer("answerer", &log, 0);
+  order o1 = {.how = ANSWER, .x = 21}, o2 = {.how = ANSWER, .x = 5},
+        o3 = {.how = ANSWER, .x = 4}, quit = {.how = QUIT};
+  weft_future *f = weft_actor_ask("answerer", &o1);
+  CHECK(f);
+  void *v = NULL;
+  CHECK_EQ(weft_await(f, &v), 0);
+  CHECK_EQ(I(v), 42);
+  weft_future_release(f);
+  CHECK_EQ(weft_actor_send("answerer", &o2), 0); /* sent, not asked */
+  CHECK_EQ(ask_wait(a, &o3), 8);                 /* after o2 */
+  CHECK_EQ(weft_actor_send_to(a, &quit), 0);
+  wait_ended(a);
+  errno = 0;
+  CHECK(weft_actor_ask_to(a, &o) == NULL); /* ended */
+  CHECK_EQ(errno, ENOENT);
+  CHECK_EQ(o.received + o.released, 0);
+
+  CHECK_EQ(log.early_reply, -ENOENT);
+  CHECK_EQ(log.early_take_errno, ENOENT);
+  CHECK_EQ(o1.received, 1);
+  CHECK_EQ(o1.rc[0], 0);
+  CHECK_EQ(o1.rc[1], -ENOENT); /* answered already */
+  CHECK_EQ(o2.received, 1);
+  CHECK_EQ(o2.rc[0], -ENOENT); /* a plain send has no reply */
+  CHECK_EQ(o2.rc[1], -ENOENT);
+  CHECK_EQ(o3.rc[0], 0);
+  CHECK_EQ(o3.rc[1], -ENOENT);
+  /* Taken with weft_await: no value went to reply_release. */
+  CHECK_EQ(log.reply_releases, 0);
+  return 0;
+}
+
+static void test_ask_basic(void) {
+  CHECK_EQ(weft_main(ask_basic_main, NULL), 0);
+}
+
+/* The actor takes a reply: a helper task answers it later, while the
+ * actor goes on with the next message (whose recv must not cancel the
+ * taken one); or it completes it with an error. */
+static int ask_take_main(void *unused) {
+  (void)unused;
+  asks_log log = {0};
+  weft_actor *a = spawn_answerer(NULL, &log, 0);
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  order o1 = {.how = TAKE, .x = 10, .gate = gate}, o2 = {.how = ANSWER, .x = 1},
+        o3 = {.how = TAKE_ERR}, quit = {.how = QUIT};
+  weft_future *f1 = weft_actor_ask_to(a, &o1);
+  weft_future *f2 = weft_actor_ask_to(a, &o2);
+  CHECK(f1 && f2);
+  void *v = NULL;
+  CHECK_EQ(weft_await(f2, &v), 0); /* the actor is past o1 ... */
+  CHECK_EQ(I(v), 2);
+  CHECK_EQ(weft_future_done(f1), false); /* ... which is still pending */
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0); /* the helper answers */
+  CHECK_EQ(weft_await(f1, &v), 0);
+  CHECK_EQ(I(v), 11);
+  weft_future_release(f1);
+  weft_future_release(f2);
+  CHECK_EQ(o1.rc[0], -ENOENT); /* reply after take */
+  CHECK_EQ(o1.rc[1], -ENOENT); /* take after take */
+  CHECK_EQ(ask_wait(a, &o3), -EPERM);
+  CHECK_EQ(o3.rc[0], -ENOENT);
+  CHECK_EQ(weft_actor_send_to(a, &quit), 0);
+  wait_ended(a);
+  CHECK_EQ(log.reply_releases, 0);
+  weft_future_release(gate);
+  return 0;
+}
+
+static void test_ask_take(void) { CHECK_EQ(weft_main(ask_take_main, NULL), 0); }
+
+/* Asks left unanswered: an asker whose message the actor received and
+ * left is told so when the actor calls recv again, before any other
+ * message comes; when the actor ends, the asker of the message it held
+ * and those of the messages still queued get -ECANCELED, each queued
+ * message goes to the release callback once, before its asker returns. */
+static int ask_unanswered_main(void *unused) {
+  (void)unused;
+  asks_log log = {0};
+  weft_actor *a = spawn_answerer("answerer", &log, 0);
+  order ignored = {.how = IGNORE};
+  CHECK_EQ(ask_wait(a, &ignored), -ECANCELED);
+  CHECK_EQ(ignored.received, 1);
+  CHECK_EQ(weft_actor_pending(a), 0u); /* no other message came */
+  CHECK(weft_actor_task(a));           /* the actor waits in recv */
+
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  order o[4] = {{.how = HOLD, .gate = gate},
+                {.how = ANSWER, .x = 1},
+                {.how = ANSWER, .x = 2},
+                {.how = ANSWER, .x = 3}};
+  ask_job j[3];
+  weft_task *t[3];
+  t[0] = start_asker(&j[0], a, &o[0], WEFT_NEVER);
+  for (int i = 0; i < 100 && !o[0].received; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(o[0].received, 1); /* held ... */
+  for (int i = 1; i < 3; i++)
+    t[i] = start_asker(&j[i], a, &o[i], WEFT_NEVER);
+  for (int i = 0; i < 100 && weft_actor_pending(a) < 2; i++)
+    CHECK_EQ(weft_yield(), 0);
+  CHECK_EQ(weft_actor_pending(a), 2u);       /* ... and these two queued */
+  CHECK_EQ(weft_actor_send_to(a, &o[3]), 0); /* and a plain send */
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ(weft_join(t[i], NULL), 0);
+    CHECK_EQ(j[i].ask_errno, 0);
+    CHECK_EQ(j[i].rc, -ECANCELED);
+  }
+  wait_ended(a);
+  CHECK_EQ(o[0].released, 0); /* received: the actor's, not released */
+  for (int i = 1; i < 4; i++) {
+    CHECK_EQ(o[i].received, 0);
+    CHECK_EQ(o[i].released, 1);
+  }
+  CHECK_EQ(log.asker_done_at_release, 0);
+  CHECK_EQ(log.reply_releases, 0);
+  weft_future_release(gate);
+  return 0;
+}
+
+static void test_ask_unanswered(void) {
+  CHECK_EQ(weft_main(ask_unanswered_main, NULL), 0);
+}
+
+/* reply_release: a value whose asker timed out and released the reply is
+ * released once, at the actor's release; one answered before the asker
+ * let go unread, at the asker's; one whose asker cancelled the reply
+ * itself, by weft_actor_reply. A value taken with weft_await is not. */
+static int ask_release_main(void *unused) {
+  (void)unused;
+  asks_log log = {0};
+  weft_actor *a = spawn_answerer(NULL, &log, 0);
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+
+  order o1 = {.how = GATED, .x = 7, .gate = gate};
+  ask_job j;
+  weft_task *t = start_asker(&j, a, &o1, weft_now() + WEFT_MS(1));
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(j.rc, -ETIMEDOUT);
+  CHECK_EQ(j.scope_rc, -ETIMEDOUT);
+  CHECK_EQ(o1.received, 1);
+  CHECK_EQ(log.reply_releases, 0); /* no answer yet */
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  order o2 = {.how = ANSWER, .x = 50};
+  CHECK_EQ(ask_wait(a, &o2), 100); /* the actor is past o1 */
+  CHECK_EQ(o1.rc[0], 0);
+  CHECK_EQ(log.reply_releases, 1);
+  CHECK_EQ(log.released_value, 7);
+
+  order o3 = {.how = ANSWER, .x = 3}, o4 = {.how = ANSWER, .x = 4};
+  weft_future *f3 = weft_actor_ask_to(a, &o3);
+  CHECK(f3);
+  CHECK_EQ(ask_wait(a, &o4), 8); /* o3 is answered, not taken */
+  CHECK_EQ(log.reply_releases, 1);
+  weft_future_release(f3);
+  CHECK_EQ(log.reply_releases, 2);
+  CHECK_EQ(log.released_value, 6);
+
+  weft_future *gate2 = weft_future_new();
+  CHECK(gate2);
+  order o5 = {.how = GATED, .x = 9, .gate = gate2};
+  weft_future *f5 = weft_actor_ask_to(a, &o5);
+  CHECK(f5);
+  CHECK_EQ(weft_future_cancel(f5), 1); /* the asker gives up itself */
+  CHECK_EQ(weft_future_set_result(gate2, NULL), 0);
+  order o6 = {.how = ANSWER, .x = 0};
+  CHECK_EQ(ask_wait(a, &o6), 0);
+  CHECK_EQ(o5.rc[0], 0);
+  CHECK_EQ(log.reply_releases, 3);
+  CHECK_EQ(log.released_value, 9);
+  CHECK_EQ(weft_await(f5, NULL), -ECANCELED);
+  weft_future_release(f5);
+  CHECK_EQ(log.reply_releases, 3); /* once */
+
+  order quit = {.how = QUIT};
+  CHECK_EQ(weft_actor_send_to(a, &quit), 0);
+  wait_ended(a);
+  CHECK_EQ(log.reply_releases, 3);
+  weft_future_release(gate);
+  weft_future_release(gate2);
+  return 0;
+}
+
+static void test_ask_release(void) {
+  CHECK_EQ(weft_main(ask_release_main, NULL), 0);
+}
+
+/* A bounded mailbox: an ask to a full one waits as a send does (past a
+ * deadline: NULL, ETIMEDOUT, the message not queued); one that got in
+ * while it waited is answered; one whose actor ends while it waits is
+ * NULL, ENOENT; an actor asking its own full mailbox, EDEADLK. */
+static int ask_bounded_main(void *unused) {
+  (void)unused;
+  weft_future *gate = weft_future_new();
+  CHECK(gate);
+  asks_log log = {.gate = gate};
+  weft_actor *a = spawn_answerer("bounded", &log, 1);
+  order o1 = {.how = ANSWER, .x = 1}, o2 = {.how = ANSWER, .x = 2};
+  CHECK_EQ(weft_actor_send_to(a, &o1), 0); /* full */
+  weft_scope sc;
+  weft_scope_enter(&sc, weft_now() + WEFT_MS(1));
+  errno = 0;
+  CHECK(weft_actor_ask_to(a, &o2) == NULL);
+  CHECK_EQ(errno, ETIMEDOUT);
+  CHECK_EQ(weft_scope_exit(&sc), -ETIMEDOUT);
+
+  order o3 = {.how = ANSWER, .x = 3};
+  ask_job j;
+  weft_task *t = start_asker(&j, a, &o3, WEFT_NEVER);
+  settle();
+  CHECK_EQ(j.done, 0); /* waits for room */
+  CHECK_EQ(weft_future_set_result(gate, NULL), 0);
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(j.ask_errno, 0);
+  CHECK_EQ(j.rc, 0);
+  CHECK_EQ(I(j.value), 6);
+
+  order self = {.how = ASK_SELF};
+  CHECK_EQ(weft_actor_send_to(a, &self), 0);
+  order o4 = {.how = ANSWER, .x = 4};
+  CHECK_EQ(ask_wait(a, &o4), 8); /* after self */
+  CHECK_EQ(self.rc[0], -EDEADLK);
+
+  /* An actor that ends while an ask waits for room. */
+  weft_future *gate2 = weft_future_new();
+  CHECK(gate2);
+  asks_log log2 = {.gate = gate2};
+  weft_actor *b = spawn_answerer(NULL, &log2, 1);
+  order filled = {.how = ANSWER}, o5 = {.how = ANSWER, .x = 5};
+  CHECK_EQ(weft_actor_send_to(b, &filled), 0);
+  t = start_asker(&j, b, &o5, WEFT_NEVER);
+  settle();
+  CHECK_EQ(j.done, 0);
+  CHECK_EQ(weft_cancel(weft_actor_task(b)), 0); /* ends before a recv */
+  CHECK_EQ(weft_join(t, NULL), 0);
+  CHECK_EQ(j.ask_errno, ENOENT);
+  wait_ended(b);
+  CHECK_EQ(filled.released, 1);
+
+  order quit = {.how = QUIT};
+  CHECK_EQ(weft_actor_send_to(a, &quit), 0);
+  wait_ended(a);
+  /* Refused asks left their messages alone. */
+  CHECK_EQ(o2.received + o2.released, 0);
+  CHECK_EQ(o5.received + o5.released, 0);
+  CHECK_EQ(o1.received, 1);
+  CHECK_EQ(o3.received, 1);
+  CHECK_EQ(log.reply_releases + log2.reply_releases, 0);
+  weft_future_release(gate);
+  weft_future_release(gate2);
+  return 0;
+}
+
+static void test_ask_bounded(void) {
+  CHECK_EQ(weft_main(ask_bounded_main, NULL), 0);
+}
+
+/* A loop freed with asks queued and one held by the actor, their askers
+ * waiting: weft_loop_free releases the messages (heap ones, freed by the
+ * callback: a leak otherwise) and cancels and drops every reply before
+ * the loop's futures go (ASan and valgrind run this). */
+typedef struct heap_order {
+  int n;
+} heap_order;
+
+static int freed_released, freed_reply_releases;
+static heap_order *freed_held;
+
+static void free_heap_order(void *msg, void *arg) {
+  (void)arg;
+  freed_released++;
+  free(msg);
+}
+
+static void count_freed_reply(void *value, void *arg) {
+  (void)value, (void)arg;
+  freed_reply_releases++;
+}
+
+static void *holding_actor(void *arg) {
+  (void)arg;
+  void *m;
+  CHECK_EQ(weft_actor_recv(&m), 0);
+  freed_held = m; /* held, unanswered, when the loop goes */
+  (void)weft_sleep(WEFT_SEC(100));
+  return NULL;
+}
+
+static void *heap_asker(void *arg) {
+  heap_order *o = malloc(sizeof *o);
+  CHECK(o);
+  o->n = (int)I(arg);
+  weft_future *f = weft_actor_ask("holder", o);
+  CHECK(f);
+  (void)weft_await(f, NULL); /* the loop is freed meanwhile */
+  weft_future_release(f);
+  return NULL;
+}
+
+static void test_ask_freed(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_actor_opts o = {.release = free_heap_order,
+                       .reply_release = count_freed_reply};
+  CHECK(weft_actor_spawn_opts("holder", holding_actor, NULL, &o));
+  for (intptr_t i = 0; i < 4; i++)
+    CHECK_EQ(weft_go(heap_asker, P(i)), 0);
+  /* And one made outside a task, before the loop runs: its future is the
+   * actor's loop's, held here until the loop is freed. */
+  heap_order *first = malloc(sizeof *first);
+  CHECK(first);
+  weft_future *f = weft_actor_ask("holder", first);
+  CHECK(f);
+  CHECK_EQ(weft_go(stop_later, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK(freed_held == first); /* the first queued */
+  CHECK_EQ(weft_future_done(f), false);
+  weft_future_release(f);
+  CHECK_EQ(freed_released, 0);
+  weft_loop_free(loop);
+  CHECK_EQ(freed_released, 4);
+  CHECK_EQ(freed_reply_releases, 0); /* cancelled: no value */
+  free(freed_held);
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -1525,6 +2083,12 @@ int main(void) {
   test_other_loop();
   test_ask_reply();
   test_ask_reply_freed();
+  test_ask_basic();
+  test_ask_take();
+  test_ask_unanswered();
+  test_ask_release();
+  test_ask_bounded();
+  test_ask_freed();
   test_oom();
   test_dump();
   printf("test_actor: ok\n");
