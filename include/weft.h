@@ -1181,7 +1181,9 @@ typedef struct weft_actor_opts {
    * that its asker never took (weft_await, weft_future_result): the asker
    * stopped waiting (cancelled, a deadline) and released the future, or
    * cancelled it itself. Exactly once, at the future's last release
-   * (weft_actor_reply's own, if the asker let go first). NULL: such values
+   * (weft_actor_reply's own, if the asker let go first), or from
+   * weft_loop_free if a task the loop dropped still held it (the callback
+   * may then free memory, and call nothing of weft). NULL: such values
    * are dropped. */
   void (*reply_release)(void *value, void *arg);
   void *reply_release_arg;

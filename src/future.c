@@ -123,7 +123,7 @@ static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
     weft_future *recs = chunk_records(c);
     for (int i = FUTURE_CHUNK; i-- > 0;) {
       weft_future *f = &recs[i];
-      f->refs = 0; /* not held (futures_free reads it) */
+      f->refs = 0; /* in the cache: futures_free tells them apart */
       f->waiters = NULL;
       f->cbs_last = NULL;
       f->loop = loop;
@@ -227,9 +227,10 @@ static void free_callbacks(done_cb *last) {
 }
 
 /* Frees every record of the loop, with the callbacks of those still held
- * (the loop's futures_free hook). A weft_submit future still held with a
- * value nobody took hands it to its release callback first, as its last
- * release would have. */
+ * (the loop's futures_free hook). A value nobody took from a future still
+ * held (by a task the loop dropped, say) goes to its release callback, as
+ * it would have at the last release that now never comes. Records in the
+ * cache have no reference left (refs 0), whatever their stale flags say. */
 static void futures_free(weft_loop *loop) {
   while (loop->future_chunks) {
     future_chunk *c = loop->future_chunks;
@@ -528,6 +529,7 @@ weft_future *weft_async(void *(*fn)(void *), void *arg) {
   weft_task *t = weft_spawn(async_main, f);
   if (!t) {
     int err = errno;
+    f->refs = 0; /* back in the cache with none (futures_free) */
     future_free(f);
     errno = err;
     return NULL;

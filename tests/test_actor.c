@@ -39,7 +39,8 @@
  *    error, asks left unanswered cancelled (at the actor's next recv, at
  *    its end, with the queued messages released first), reply_release for
  *    values nobody took (once), asks to full bounded mailboxes (deadline,
- *    the actor ending, EDEADLK), and a loop freed with asks queued;
+ *    the actor ending, EDEADLK), a loop freed with asks queued, and one
+ *    freed with an answer not yet taken (released once, from there);
  *  - out of memory at each allocation in turn (sends and asks): clean
  *    failures, no leaks.
  */
@@ -2062,6 +2063,72 @@ static void test_ask_freed(void) {
   free(freed_held);
 }
 
+/* A loop freed with answers nobody has taken yet: the asker woken by the
+ * answer never ran (the loop stopped first). Its value goes to
+ * reply_release once, from weft_loop_free (it leaked before); a value
+ * an asker took, still holding the future, does not. */
+static int answered_releases;
+
+static void free_answered(void *value, void *arg) {
+  (void)arg;
+  answered_releases++;
+  free(value);
+}
+
+static void *answer_then_stop(void *arg) {
+  (void)arg;
+  void *m;
+  while (weft_actor_recv(&m) == 0) {
+    char *v = malloc(8);
+    CHECK(v);
+    CHECK_EQ(weft_actor_reply(v), 0);
+    if (m == STOP) /* its asker is woken, not run yet */
+      weft_loop_stop(weft_loop_current());
+  }
+  return NULL;
+}
+
+static void *taker_then_sleeps(void *arg) {
+  (void)arg;
+  weft_future *f = weft_actor_ask("answers", P(1));
+  CHECK(f);
+  void *v = NULL;
+  CHECK_EQ(weft_await(f, &v), 0);
+  free(v);
+  (void)weft_sleep(WEFT_SEC(100)); /* holds f when the loop goes */
+  weft_future_release(f);
+  return NULL;
+}
+
+static void *asks_stop(void *arg) {
+  (void)arg;
+  weft_future *f = weft_actor_ask("answers", STOP);
+  CHECK(f);
+  (void)weft_await(f, NULL); /* never back: the loop stops first */
+  weft_future_release(f);
+  return NULL;
+}
+
+static void *ask_stop_later(void *arg) {
+  (void)arg;
+  CHECK_EQ(weft_sleep(WEFT_MS(5)), 0);
+  CHECK_EQ(weft_go(asks_stop, NULL), 0);
+  return NULL;
+}
+
+static void test_ask_freed_answered(void) {
+  weft_loop *loop = weft_loop_new(NULL);
+  CHECK(loop);
+  weft_actor_opts o = {.reply_release = free_answered};
+  CHECK(weft_actor_spawn_opts("answers", answer_then_stop, NULL, &o));
+  CHECK_EQ(weft_go(taker_then_sleeps, NULL), 0);
+  CHECK_EQ(weft_go(ask_stop_later, NULL), 0);
+  CHECK_EQ(weft_loop_run(loop), 1);
+  CHECK_EQ(answered_releases, 0);
+  weft_loop_free(loop);
+  CHECK_EQ(answered_releases, 1);
+}
+
 int main(void) {
   test_names();
   test_many();
@@ -2089,6 +2156,7 @@ int main(void) {
   test_ask_release();
   test_ask_bounded();
   test_ask_freed();
+  test_ask_freed_answered();
   test_oom();
   test_dump();
   printf("test_actor: ok\n");
