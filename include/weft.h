@@ -1224,7 +1224,8 @@ int weft_actor_try_send_to(weft_actor *a, void *msg);
  * point; see Fairness). 0 and *msg; -ECANCELED, -ETIMEDOUT (no message
  * taken); -EINVAL outside an actor or msg NULL. The message received
  * before, if it was asked (weft_actor_ask) and is neither answered nor
- * taken, is cancelled first, whatever this call returns. */
+ * taken, is cancelled on entry (also when the call then returns
+ * -ECANCELED or -ETIMEDOUT). */
 int weft_actor_recv(void **msg);
 
 /* Request and reply. Queues msg as weft_actor_send / _send_to would (the
