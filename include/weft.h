@@ -1459,16 +1459,16 @@ int weft_getaddrinfo(const char *node, const char *service,
  * and writes go through a buffer of the job's own, so a cancelled call
  * returns at once and never touches `buf` afterwards; a cancelled write may
  * still happen (if a worker had started it: one still queued is dropped,
- * as are a queued open, read, fsync and weft_file_stat; not a close). (On the io_uring backend they are requests on the ring,
- * into and out of `buf` itself: a cancelled call there waits until the
- * kernel is done with `buf`, which for a file is soon, and returns what
- * the request did if it completed; and an O_DIRECT buffer must then be
- * aligned, as for pread: the pool's own buffer is.) open adds O_CLOEXEC.
- * An open that blocks (a FIFO with no writer, a terminal, a device)
- * blocks its worker thread: a cancellation or deadline returns at once,
- * but the job goes on, and weft_loop_run (weft_main) does not return
- * until it has (for a FIFO, until a writer comes). On io_uring (where the
- * kernel has IORING_OP_OPENAT) the open is a request on the ring instead,
+ * as are a queued open, read, fsync and weft_file_stat; not a close). (On the
+ * io_uring backend they are requests on the ring, into and out of `buf` itself:
+ * a cancelled call there waits until the kernel is done with `buf`, which for a
+ * file is soon, and returns what the request did if it completed; and an
+ * O_DIRECT buffer must then be aligned, as for pread: the pool's own buffer
+ * is.) open adds O_CLOEXEC. An open that blocks (a FIFO with no writer, a
+ * terminal, a device) blocks its worker thread: a cancellation or deadline
+ * returns at once, but the job goes on, and weft_loop_run (weft_main) does not
+ * return until it has (for a FIFO, until a writer comes). On io_uring (where
+ * the kernel has IORING_OP_OPENAT) the open is a request on the ring instead,
  * which blocks as open(2) does, in the kernel: a cancellation or deadline
  * interrupts it there, and nothing is left to wait for; an open that
  * completed although cancelled returns its fd (the next call sees the
@@ -1482,9 +1482,13 @@ int weft_getaddrinfo(const char *node, const char *service,
  * pipe or socket (as pread; fsync there gives fsync's own -EINVAL), -ENOMEM,
  * -EAGAIN (no worker thread could be started). A cancelled open closes the fd
  * it got (on the pool; on io_uring an open that completed although
- * cancelled returns it, above); a cancelled (or timed-out) close still
- * closes. The calls of a cancelled read or write that a worker had started
- * still run there: weft_file_close of an fd with
+ * cancelled returns it, above). On the pool the caller is not told whether
+ * a worker had started the open, nor when it ends: an O_CREAT open cut
+ * short may create the file after the call returned, so an unlink made
+ * at once can come first and the file stays (make such an open in a
+ * shielded scope when the file must not be left behind). A cancelled (or
+ * timed-out) close still closes. The calls of a cancelled read or write
+ * that a worker had started still run there: weft_file_close of an fd with
  * such calls in flight returns at once (0, or -ECANCELED for a cancelled task)
  * and closes the fd when the last of them has ended, so its number is not
  * reused before (close files with weft_file_close, not weft_close).
