@@ -1314,13 +1314,12 @@ typedef struct weft_submit_opts {
  * its result goes to opts->release; arg must stay valid until then, so do
  * not point it into the caller's stack if the task may be cancelled; and
  * weft_loop_run does not return before fn has, cancelled or not). A task
- * cancelled before the call gets -ECANCELED and fn never runs; -EAGAIN if
- * no worker thread could be started; -ENOMEM; -EINVAL outside a task or fn
- * NULL (after these three fn never runs). A deadline that passes just as the
- * call starts may give -ETIMEDOUT with fn queued or not, so after -ECANCELED or
- * -ETIMEDOUT the caller cannot tell whether fn runs: if arg must be freed
- * either way, use weft_submit and weft_await, where the future exists exactly
- * when fn was queued. fn runs on a worker thread, which has no loop: of
+ * cancelled (or past its scope's deadline) before the call gets the error
+ * at once too, fn queued all the same, as weft_submit queues it: after
+ * -ECANCELED or -ETIMEDOUT fn always runs (or ran), and arg is fn's or
+ * release's. -EAGAIN if no worker thread could be started; -ENOMEM;
+ * -EINVAL outside a task or fn NULL: after these three fn never runs. fn
+ * runs on a worker thread, which has no loop: of
  * weft's functions it may call weft_call_soon_threadsafe, weft_loop_ref
  * and weft_loop_unref, and those that need no loop (weft_strerror,
  * weft_now, which reads the monotonic clock there, not a loop's virtual
@@ -1378,12 +1377,11 @@ int weft_submit_cancel(weft_future *f);
  * release) is where a heap arg is freed, and arg must stay valid until fn
  * has returned: do not point it into the caller's stack if the caller may
  * be cancelled (or make the call in a shielded scope). A task cancelled
- * before the call gets -ECANCELED, and one inside a scope whose deadline
- * has passed -ETIMEDOUT, and nothing is sent: the same errors as a caller
- * that gave up while fn was on its way, so they do not tell whether fn
- * (or release) will see arg. A heap arg that must be freed either way is
- * sent with weft_submit_to_loop and weft_await, whose future exists
- * exactly when the call was sent.
+ * before the call, or inside a scope whose deadline has passed, still
+ * sends it and gets -ECANCELED or -ETIMEDOUT at once (fn's task starts
+ * cancelled): these two errors always mean the call was made, so fn (or
+ * release) sees arg; the errors before a call is made are -EINVAL,
+ * -EDEADLK and -ENOMEM.
  *
  * `loop` must be running, or be run later, and no call may be made to it
  * once its weft_loop_free has begun (it would be lost; as for

@@ -93,7 +93,8 @@ int weft_getaddrinfo(const char *node, const char *service,
   }
   weft_submit_opts opts = {.release = lookup_free};
   int queued;
-  rc = weft__run_in_thread(resolve, l, NULL, &opts, &queued, 1);
+  rc = weft__run_in_thread(resolve, l, NULL, &opts, &queued,
+                           WEFT__JOB_CHECK | WEFT__JOB_DROP);
   if (rc < 0) {
     if (!queued)
       weft__free(l); /* else lookup_free's, when the job ends */

@@ -690,14 +690,13 @@ static void *take_result(pool *p, job *j) {
 }
 
 int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
-                        const weft_submit_opts *opts, int *queued,
-                        int droppable) {
+                        const weft_submit_opts *opts, int *queued, int how) {
   *queued = 0;
   weft_task *t = weft__running_task();
   if (!t || !fn)
     return -EINVAL;
-  int rc = weft__checkpoint();
-  if (rc < 0)
+  int rc;
+  if ((how & WEFT__JOB_CHECK) && (rc = weft__checkpoint()) < 0)
     return rc;
   /* The timer of a deadline around the call is armed before the job is
    * queued, so that its failing (-ENOMEM) leaves nothing queued; the park
@@ -709,15 +708,15 @@ int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
   if (!j)
     return -ENOMEM;
   j->task = t;
-  j->droppable = droppable;
+  j->droppable = (how & WEFT__JOB_DROP) != 0;
   if ((rc = job_submit(loop, j)) < 0)
     return rc;
   *queued = 1;
   /* Woken by delivery (the job waits on the handed list for us to take
    * its result), or cancelled: then undo_run has made the job nobody's,
-   * and delivery releases its result. (The deadline may also pass between
-   * the checkpoint above and the park, which then returns -ETIMEDOUT at
-   * once: the job is queued all the same.) */
+   * and delivery releases its result. (A caller cancelled already, or
+   * past its deadline, gets here too, unless `how` checked first: the
+   * park returns the error at once, the job queued all the same.) */
   rc = weft__park(WAIT_EXECUTOR, (int64_t)(uintptr_t)fn, undo_run, j);
   if (rc == 0) {
     void *out = take_result(loop->executor, j);
@@ -729,7 +728,7 @@ int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
 
 int weft_run_in_thread_with(void *(*fn)(void *), void *arg, void **result,
                             const weft_submit_opts *opts) {
-  int queued;
+  int queued; /* a user's job: -ECANCELED and -ETIMEDOUT mean fn runs */
   return weft__run_in_thread(fn, arg, result, opts, &queued, 0);
 }
 
@@ -809,9 +808,12 @@ int weft_run_in_loop_with(weft_loop *loop, void *(*fn)(void *), void *arg,
   /* Another loop of this thread cannot run before this one returns. */
   if (loop != t->loop && weft__on_thread(loop->thread))
     return -EDEADLK;
-  int rc = weft__checkpoint();
-  if (rc < 0)
-    return rc;
+  /* No checkpoint first: a caller cancelled already (or past its
+   * deadline) sends the call all the same, and the park returns at once
+   * and cancels it there, so -ECANCELED and -ETIMEDOUT always mean the
+   * call was made (fn runs, cancelled from its start; its result goes to
+   * release), never "nothing sent". */
+  int rc;
   if (t->scope && (rc = weft__deadline_arm(t)) < 0)
     return rc; /* (as in weft__run_in_thread) */
   /* Once the call is sent, `loop` may run it, end and be freed before

@@ -198,7 +198,8 @@ static ssize_t fop_run(fop *f, void *out) {
     e->file_jobs++;
   }
   int queued;
-  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued, 1);
+  rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued,
+                           WEFT__JOB_CHECK | WEFT__JOB_DROP);
   if (rc < 0) {
     if (!queued) {
       fop_ended(f);
@@ -446,7 +447,8 @@ int weft_file_close(int fd) {
     return -ENOMEM;
   weft_submit_opts opts = {.release = fop_release};
   int queued;
-  int rc = weft__run_in_thread(run_fop, f, NULL, &opts, &queued, 0);
+  int rc =
+      weft__run_in_thread(run_fop, f, NULL, &opts, &queued, WEFT__JOB_CHECK);
   if (rc < 0) {
     if (queued)
       return rc; /* the close happens on the pool */

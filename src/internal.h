@@ -450,14 +450,18 @@ void weft__seed_init(weft_loop *loop);
 /* weft_run_in_thread_with, which also says whether the job was queued:
  * *queued is 1 from the moment it is, and an error returned after that
  * (-ECANCELED, -ETIMEDOUT) means its result goes to opts->release; 0 with
- * an error means fn never runs (executor.c). With `droppable`, a job whose
- * caller stops waiting before a worker took it is not run at all: its
- * result is then `arg` itself, as it is when fn has run (fn must return
- * arg, and release must tell a job not run from arg alone). Without it
- * fn runs all the same. */
+ * an error means fn never runs (executor.c). `how`, weft's own jobs':
+ * with WEFT__JOB_CHECK a caller cancelled (or past a deadline) already
+ * gets the error with nothing queued (a user's job is queued all the
+ * same, and the error then means fn runs); with WEFT__JOB_DROP, a job
+ * whose caller stops waiting before a worker took it is not run at all:
+ * its result is then `arg` itself, as it is when fn has run (fn must
+ * return arg, and release must tell a job not run from arg alone).
+ * Without it fn runs all the same. */
+#define WEFT__JOB_CHECK 1
+#define WEFT__JOB_DROP  2
 int weft__run_in_thread(void *(*fn)(void *), void *arg, void **result,
-                        const weft_submit_opts *opts, int *queued,
-                        int droppable);
+                        const weft_submit_opts *opts, int *queued, int how);
 
 /* A process-unique id for a task or a generator (gen.c). */
 uint64_t weft__next_id(void);

@@ -21,7 +21,7 @@
  *    result goes to release once, on the loop's thread, before
  *    weft_loop_run returns; a scope's deadline gives -ETIMEDOUT; a task
  *    already cancelled (or in an expired scope) gets the error at once and
- *    fn never runs;
+ *    fn runs all the same, its result released;
  *  - weft_executor_pending counts jobs not yet delivered and is 0 after
  *    the loop; weft_loop_free joins the threads (/proc/self/task), also
  *    with a job still running (after weft_loop_stop, or never run), whose
@@ -48,8 +48,9 @@
  *    waiting while they are still queued behind a busy pool are dropped:
  *    a lookup never calls getaddrinfo, an O_CREAT open creates nothing, a
  *    write writes nothing and its fd closes at once (also when the loop
- *    is freed first), while weft_run_in_thread's fn still runs; an eventfd, a timerfd and an epoll fd (lseek succeeds, pread
- *    refuses) are -ESPIPE, and the eventfd's count stays;
+ *    is freed first), while weft_run_in_thread's fn still runs; an eventfd, a
+ * timerfd and an epoll fd (lseek succeeds, pread refuses) are -ESPIPE, and the
+ * eventfd's count stays;
  *  - weft_file_stat: stat and lstat of a file, a symlink, a directory (the
  *    inode stat(2) gives); -ENOENT, -ELOOP, -ENOTDIR, -EINVAL (flags,
  *    NULL), *st untouched on error and when cancelled or past a deadline
@@ -812,7 +813,8 @@ static void *cancel_blocked_main(void *arg) {
   CHECK_GT(c.at, 0);
   cancelled_at = c.at;
   CHECK_EQ(crec.calls, 0);
-  /* Level-triggered: the next blocking call fails too. */
+  /* Level-triggered: the next blocking call fails too (a run_in_thread
+   * queues its job all the same: test_cancel counts it). */
   CHECK_EQ(weft_yield(), -ECANCELED);
   CHECK_EQ(weft_run_in_thread(count_fn, NULL, NULL), -ECANCELED);
   return NULL;
@@ -838,23 +840,27 @@ static void *deadline_main(void *arg) {
   return NULL;
 }
 
-/* Already cancelled, or in a scope already past its deadline: the call is a
- * checkpoint, returns at once and does not happen (fn never runs). */
+/* Already cancelled, or in a scope already past its deadline: the call
+ * returns the error at once, and fn is queued all the same (as weft_submit
+ * queues it), so -ECANCELED and -ETIMEDOUT always mean fn runs and arg is
+ * fn's or release's. Each result goes to release once. */
+static rel_rec pre_rec, pre_rec2;
+
 static void *precancelled_main(void *arg) {
   (void)arg;
-  rel_rec rec;
-  weft_submit_opts o = rel_opts(&rec);
+  weft_submit_opts o = rel_opts(&pre_rec);
+  weft_submit_opts o2 = rel_opts(&pre_rec2);
   weft_scope s;
   weft_scope_enter(&s, weft_now() - 1);
   CHECK_EQ(weft_run_in_thread_with(count_fn, P(1), NULL, &o), -ETIMEDOUT);
   CHECK_EQ(weft_scope_exit(&s), -ETIMEDOUT);
   CHECK_EQ(weft_cancel(weft_self()), 0);
   void *r = P(3);
-  CHECK_EQ(weft_run_in_thread_with(count_fn, P(2), &r, &o), -ECANCELED);
+  CHECK_EQ(weft_run_in_thread_with(count_fn, P(2), &r, &o2), -ECANCELED);
   CHECK_PTR_EQ(r, P(3));
   CHECK_EQ(weft_run_in_thread(count_fn, P(2), &r), -ECANCELED);
+  CHECK_PTR_EQ(r, P(3));
   CHECK_EQ(weft_yield(), -ECANCELED);
-  CHECK_EQ(rec.calls, 0);
   return NULL;
 }
 
@@ -899,6 +905,7 @@ static void test_cancel(void) {
   /* weft_loop_run returned only after the job ended and its release ran. */
   CHECK(job_finished(&cj));
   CHECK_RELEASED_ONCE(crec, P(77));
+  CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 1); /* the count_fn */
   CHECK_GE(t1 - t0, WEFT_MS(300));
   printf("  cancelled while blocked: returned %.3f ms after the cancel, "
          "loop ran %.1f ms\n",
@@ -911,9 +918,14 @@ static void test_cancel(void) {
   CHECK_RELEASED_ONCE(crec, P(78));
   CHECK_GE(t1 - t0, WEFT_MS(300));
 
+  runs = 0;
   run("already cancelled", precancelled_main, NULL);
+  CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 3); /* all queued */
+  CHECK_RELEASED_ONCE(pre_rec, P(1));
+  CHECK_RELEASED_ONCE(pre_rec2, P(2));
   run("cancelled before its first run", spawn_cancelled_main, NULL);
-  CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 0);
+  CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 4);
+  runs = 0;
   memset(&submit_cancelled_rec, 0, sizeof submit_cancelled_rec);
   run("a cancelled task's submit", submit_cancelled_main, NULL);
   CHECK_EQ(__atomic_load_n(&runs, __ATOMIC_ACQUIRE), 1);

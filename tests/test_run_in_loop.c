@@ -12,7 +12,8 @@
  *    on the caller's thread;
  *  - a caller that gave up before the other loop got to the call: fn runs
  *    all the same, cancelled from the start, and its result is released;
- *  - a task cancelled before the call: fn never runs;
+ *  - a task cancelled before the call: -ECANCELED at once, and fn runs
+ *    all the same, cancelled from its start, its result released;
  *  - futures gathered from two other loops and the caller's own, from a
  *    task and from outside one;
  *  - 2,000 calls racing deadlines: every result returned or released once;
@@ -329,10 +330,15 @@ static int gave_up_main(void *arg) {
   return 0;
 }
 
+/* A caller cancelled before the call still makes it: -ECANCELED at once,
+ * and fn runs, cancelled from its start, so that a heap arg is never left
+ * to a caller who cannot tell whether it was sent. */
 static int precancelled_main(void *arg) {
   (void)arg;
   CHECK_EQ(weft_cancel(weft_self()), 0);
-  CHECK_EQ(weft_run_in_loop(o1.loop, must_not_run, NULL, NULL), -ECANCELED);
+  CHECK_EQ(
+      weft_run_in_loop_with(o1.loop, starts_cancelled, malloc(8), NULL, &rel),
+      -ECANCELED);
   errno = 0;
   return 0;
 }
@@ -347,8 +353,12 @@ static void test_gave_up(void) {
   CHECK_EQ(__atomic_load_n(&late_ran, __ATOMIC_ACQUIRE), 1);
   CHECK_EQ(__atomic_load_n(&late_sleep_rc, __ATOMIC_ACQUIRE), -ECANCELED);
   CHECK_EQ(released, 1);
+  __atomic_store_n(&late_ran, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&late_sleep_rc, 0, __ATOMIC_RELEASE);
   CHECK_EQ(weft_main(precancelled_main, NULL), 0);
-  CHECK_EQ(__atomic_load_n(&never_runs, __ATOMIC_ACQUIRE), 0);
+  CHECK_EQ(__atomic_load_n(&late_ran, __ATOMIC_ACQUIRE), 1);
+  CHECK_EQ(__atomic_load_n(&late_sleep_rc, __ATOMIC_ACQUIRE), -ECANCELED);
+  CHECK_EQ(released, 2);
   other_stop(&o1);
   sem_destroy(&block);
 }
