@@ -147,7 +147,11 @@ weft_loop *weft_loop_new(const weft_config *cfg);
  *                 loop's thread while it runs and read from a signalfd; a
  *                 kill of the process reaches a thread that does not block
  *                 it, so the program's other threads must block it too);
- *                 a deadlock prints the dump before cancelling.
+ *                 a deadlock prints the dump before cancelling;
+ *                 weft_loop_free says how many tasks ended with their
+ *                 handles never joined or detached (each held its record
+ *                 until then: a join cut short by a cancellation leaves
+ *                 one, and a long run that repeats it grows).
  *   WEFT_SEED=n   (read by weft_loop_new) tasks ready at the same moment
  *                 run in an order shuffled by a PRNG seeded with n.
  *   WEFT_BACKEND  (weft_loop_new) the backend, if the config names none.
@@ -295,7 +299,9 @@ const char *weft_task_name(const weft_task *t);
 /* Writes every task of the current loop to `out`, one line each: id,
  * state, what it waits on ("fd 7 read", "timer in 20.0 ms", "future 0x..",
  * "join of task 3", "group 0x..", then the nearest scope deadline, if any),
- * stack used / stack size, name. */
+ * stack used / stack size, name. Its first line counts them, and the tasks
+ * that have ended with their handles neither joined nor detached, if any
+ * ("weft: 4 tasks (and 2 ended, never joined or detached)"). */
 void weft_dump(FILE *out);
 
 /* ------------------------------------------------------------------------ */

@@ -50,6 +50,7 @@ enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DONE, TASK_FREE };
 #define TASK_JOINING   2u /* a joiner waits for it */
 #define TASK_CANCELLED 4u /* weft_cancel was called: level-triggered */
 #define TASK_YIELDED   8u /* in the ready queue by weft_yield */
+#define TASK_UNJOINED  16u /* ended, its handle not joined or detached yet */
 
 /* What a parked task may be taken off when it is cancelled: called with
  * the task and the argument given to weft__park, before the task wakes. */
@@ -161,6 +162,7 @@ struct weft_loop {
   weft_task *ready_tail;
   weft_task *live;           /* every task not yet DONE */
   size_t nlive;              /* how many */
+  size_t unjoined;           /* ended, handle neither joined nor detached */
   weft_task *free_recs;      /* recycled records */
   weft__slab *slabs;         /* all record memory */
   size_t stack_size;         /* default for its tasks */

@@ -426,6 +426,14 @@ void weft_loop_free(weft_loop *loop) {
   if (loop->running)
     return; /* from inside its own run: see weft.h */
   weft__thread_loop_remove(loop);
+  /* With WEFT_DEBUG (of the last run), handles that were never joined or
+   * detached: each held a record until now (a join cut short by a
+   * cancellation leaves one behind). */
+  if (loop->debug && loop->unjoined)
+    fprintf(stderr,
+            "weft: %zu task%s ended but never joined or detached (their "
+            "records were held until weft_loop_free)\n",
+            loop->unjoined, loop->unjoined == 1 ? "" : "s");
   /* Tasks that never finished leave the queues they wait in, before the
    * pool and the kernel let go of what those waits refer to. */
   weft__tasks_unpark(loop);

@@ -77,6 +77,8 @@ static weft_task *record_new(weft_loop *loop) {
 }
 
 static void record_free(weft_loop *loop, weft_task *t) {
+  if (t->flags & TASK_UNJOINED)
+    loop->unjoined--;
   weft__free(t->name);
   t->name = NULL;
   t->state = TASK_FREE;
@@ -138,8 +140,12 @@ static void reap(weft_loop *loop) {
   loop->dead = NULL;
   weft__stack_release(t->stack);
   t->stack = NULL;
-  if (t->flags & TASK_DETACHED)
+  if (t->flags & TASK_DETACHED) {
     record_free(loop, t);
+  } else { /* held for a weft_join or weft_detach (weft_dump counts it) */
+    t->flags |= TASK_UNJOINED;
+    loop->unjoined++;
+  }
 }
 
 /* Who runs after the current task: the next ready one, or NULL for the
@@ -810,7 +816,12 @@ void weft_dump(FILE *out) {
     fprintf(out, "weft: no loop on this thread\n");
     return;
   }
-  fprintf(out, "weft: %zu task%s\n", loop->nlive, loop->nlive == 1 ? "" : "s");
+  fprintf(out, "weft: %zu task%s", loop->nlive, loop->nlive == 1 ? "" : "s");
+  /* Records a join cut short (by a cancellation) left behind pile up in
+   * a long run: worth seeing. */
+  if (loop->unjoined)
+    fprintf(out, " (and %zu ended, never joined or detached)", loop->unjoined);
+  fputc('\n', out);
   /* The "waits on" column as wide as its longest entry, so that the
    * columns after it line up. */
   char wait[96];

@@ -118,8 +118,32 @@ static int forked_then_quit(void) {
   return 0;
 }
 
+/* Handles never joined: three tasks end, one is joined, one detached after
+ * its end, one left; then a parent cancelled in its join (which returns
+ * at once) leaves its child's handle too. The dump counts them, and the
+ * loop's free says so with WEFT_DEBUG. */
+static void *quick(void *arg) { return arg; }
+
+static int unjoined(void) {
+  weft_task *t[3];
+  for (int i = 0; i < 3; i++)
+    CHECK((t[i] = weft_spawn(quick, NULL)) != NULL);
+  CHECK_EQ(weft_yield(), 0); /* all three end */
+  CHECK_EQ(weft_join(t[0], NULL), 0);
+  CHECK_EQ(weft_detach(t[1]), 0);
+  weft_task *c = weft_spawn(quick, NULL);
+  CHECK(c);
+  CHECK_EQ(weft_cancel(weft_self()), 0);
+  CHECK_EQ(weft_join(c, NULL), -ECANCELED); /* c is left behind */
+  CHECK_EQ(weft_yield(), -ECANCELED);       /* c ends meanwhile */
+  weft_dump(stderr);
+  return 0;
+}
+
 static int scenario(void *arg) {
   int which = (int)(intptr_t)arg;
+  if (which == 5)
+    return unjoined();
   if (which == 4)
     return forked_then_quit();
   if (which == 3)
@@ -280,6 +304,16 @@ int main(void) {
   CHECK(strstr(out, "weft: SIGQUIT: the tasks of loop"));
   free(out);
   printf("  SIGQUIT dump after a task forked: ok\n");
+
+  out = run_child(5, "1");
+  CHECK(strstr(out, "weft: 1 task (and 2 ended, never joined or detached)\n"));
+  CHECK(strstr(out, "weft: 2 tasks ended but never joined or detached"));
+  free(out);
+  out = run_child(5, "0");
+  CHECK(strstr(out, "(and 2 ended, never joined or detached)"));
+  CHECK(!strstr(out, "never joined or detached (their"));
+  free(out);
+  printf("  handles never joined: counted by the dump, told at free: ok\n");
 
   CHECK_EQ(quit_waited_across_runs(), 0);
   printf("  SIGQUIT waited for across a stop: the task's: ok\n");
