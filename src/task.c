@@ -142,7 +142,8 @@ static void reap(weft_loop *loop) {
   t->stack = NULL;
   if (t->flags & TASK_DETACHED) {
     record_free(loop, t);
-  } else { /* held for a weft_join or weft_detach (weft_dump counts it) */
+  } else if (!(t->flags & TASK_JOINING)) { /* (a joiner, woken, takes it) */
+    /* Held for a weft_join or weft_detach: weft_dump counts it. */
     t->flags |= TASK_UNJOINED;
     loop->unjoined++;
   }
