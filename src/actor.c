@@ -500,37 +500,66 @@ static int send_bounded(weft_actor *a, void *msg, weft_future *reply) {
                            WAIT_MAILBOX_FULL, a);
 }
 
-/* A send to a (NULL: no such actor). `try`: weft_actor_try_send's, which
- * never waits: a full bounded mailbox (or one with senders already waiting
- * for room, who come first) is -EAGAIN, and no cancellation point. */
-static int send_to(weft_actor *a, void *msg, int try) {
+/* Whether a (NULL: no such actor) may be sent to from here: 0, -ENOENT,
+ * or -EINVAL (another thread, or another loop's code). */
+static inline __attribute__((always_inline)) int
+reachable(const weft_actor *a) {
   if (!a)
     return -ENOENT;
-  if (!weft__callers(a->loop, a->loop->thread))
-    return -EINVAL;
-  if (!a->bound)
-    return deliver(a, msg, NULL);
-  if (try)
-    return a->len >= a->bound || a->senders ? -EAGAIN : deliver(a, msg, NULL);
-  return send_bounded(a, msg, NULL);
+  return weft__callers(a->loop, a->loop->thread) ? 0 : -EINVAL;
 }
 
-static int send_by_handle(weft_actor *h, void *msg, int try) {
+/* Queues msg, with an ask's reply (or NULL), for a reachable actor.
+ * `try`: weft_actor_try_send's, which never waits: a full bounded mailbox
+ * (or one with senders already waiting for room, who come first) is
+ * -EAGAIN, and no cancellation point. */
+static int post(weft_actor *a, void *msg, int try, weft_future *reply) {
+  if (!a->bound)
+    return deliver(a, msg, reply);
+  if (try)
+    return a->len >= a->bound || a->senders ? -EAGAIN : deliver(a, msg, reply);
+  return send_bounded(a, msg, reply);
+}
+
+/* The actor a handle or a name stands for, as the calls find it: 0 and *a
+ * (NULL: no such actor, or it has ended), or -EINVAL. For a handle the
+ * thread is checked first, from the record's loop, which never changes:
+ * the generation and state are the loop thread's to read. */
+static inline __attribute__((always_inline)) int by_handle(weft_actor *h,
+                                                           weft_actor **a) {
   if (!h)
     return -EINVAL;
-  /* The thread first, from the record's loop, which never changes: the
-   * generation and state are the loop thread's to read. */
   const weft_loop *loop = address_of(h)->loop;
   if (!weft__callers(loop, loop->thread))
     return -EINVAL;
-  return send_to(record_of(h), msg, try);
+  *a = record_of(h);
+  return 0;
 }
 
-static int send_by_name(const char *name, void *msg, int try) {
+static inline __attribute__((always_inline)) int by_name(const char *name,
+                                                         weft_actor **a) {
   weft_loop *loop = this_loop();
   if (!name || !loop)
     return -EINVAL;
-  return send_to(registry_find(loop->actors, name, name_hash(name)), msg, try);
+  *a = registry_find(loop->actors, name, name_hash(name));
+  return 0;
+}
+
+static int send_to(weft_actor *a, void *msg, int try) {
+  int rc = reachable(a);
+  return rc < 0 ? rc : post(a, msg, try, NULL);
+}
+
+static int send_by_handle(weft_actor *h, void *msg, int try) {
+  weft_actor *a;
+  int rc = by_handle(h, &a);
+  return rc < 0 ? rc : send_to(a, msg, try);
+}
+
+static int send_by_name(const char *name, void *msg, int try) {
+  weft_actor *a;
+  int rc = by_name(name, &a);
+  return rc < 0 ? rc : send_to(a, msg, try);
 }
 
 int weft_actor_send_to(weft_actor *h, void *msg) {
@@ -550,16 +579,14 @@ int weft_actor_try_send(const char *name, void *msg) {
 }
 
 /* ---- asking and replying ---------------------------------------------- */
-/* A send to a (NULL: no such actor) with a reply: the reply, or NULL and
- * errno. The checks are send_to's, made before the reply is: a refused
- * ask allocates nothing. */
-static weft_future *ask(weft_actor *a, void *msg) {
-  if (!a) {
-    errno = ENOENT;
-    return NULL;
-  }
-  if (!weft__callers(a->loop, a->loop->thread)) {
-    errno = EINVAL;
+/* A send with a reply: the reply, or NULL and errno. `rc` is what finding
+ * the actor `a` gave (by_handle, by_name); its checks and send_to's are
+ * made before the reply is: a refused ask allocates nothing. */
+static weft_future *ask(int rc, weft_actor *a, void *msg) {
+  if (rc == 0)
+    rc = reachable(a);
+  if (rc < 0) {
+    errno = -rc;
     return NULL;
   }
   /* The asker's reference, and the mailbox slot's, taken before the send:
@@ -573,7 +600,7 @@ static weft_future *ask(weft_actor *a, void *msg) {
   weft_future_ref(f);
   if (a->reply_release)
     weft__future_releases(f, a->reply_release, a->reply_release_arg);
-  int rc = a->bound ? send_bounded(a, msg, f) : deliver(a, msg, f);
+  rc = post(a, msg, 0, f);
   if (rc < 0) { /* not queued: neither reference was handed out */
     weft_future_release(f);
     weft_future_release(f);
@@ -584,26 +611,15 @@ static weft_future *ask(weft_actor *a, void *msg) {
 }
 
 weft_future *weft_actor_ask_to(weft_actor *h, void *msg) {
-  if (!h) {
-    errno = EINVAL;
-    return NULL;
-  }
-  /* As for a send: the thread first, then the record. */
-  const weft_loop *loop = address_of(h)->loop;
-  if (!weft__callers(loop, loop->thread)) {
-    errno = EINVAL;
-    return NULL;
-  }
-  return ask(record_of(h), msg);
+  weft_actor *a = NULL;
+  int rc = by_handle(h, &a);
+  return ask(rc, a, msg);
 }
 
 weft_future *weft_actor_ask(const char *name, void *msg) {
-  weft_loop *loop = this_loop();
-  if (!name || !loop) {
-    errno = EINVAL;
-    return NULL;
-  }
-  return ask(registry_find(loop->actors, name, name_hash(name)), msg);
+  weft_actor *a = NULL;
+  int rc = by_name(name, &a);
+  return ask(rc, a, msg);
 }
 
 int weft_actor_reply(void *value) {

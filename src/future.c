@@ -138,25 +138,22 @@ static __attribute__((noinline)) weft_future *future_new_slow(weft_loop *loop) {
   return f;
 }
 
-inline weft_future *weft_future_new(void) {
-  weft_loop *loop = weft__loop_running;
-  weft_future *f;
-  if (__builtin_expect(!loop || !(f = loop->future_cache), 0))
+/* weft_future_new for a loop named by the caller (an actor's reply
+ * belongs to the actor's loop, whichever loop runs, or none). */
+inline weft_future *weft__future_new_in(weft_loop *loop) {
+  weft_future *f = loop->future_cache;
+  if (__builtin_expect(!f, 0))
     return future_new_slow(loop);
   loop->future_cache = f->u.next_free;
   future_init(f);
   return f;
 }
 
-/* weft_future_new for a loop named by the caller: an actor's reply belongs
- * to the actor's loop, whichever loop runs (or none). */
-weft_future *weft__future_new_in(weft_loop *loop) {
-  weft_future *f = loop->future_cache;
-  if (!f)
-    return future_new_slow(loop);
-  loop->future_cache = f->u.next_free;
-  future_init(f);
-  return f;
+inline weft_future *weft_future_new(void) {
+  weft_loop *loop = weft__loop_running;
+  if (__builtin_expect(!loop, 0))
+    return future_new_slow(NULL);
+  return weft__future_new_in(loop);
 }
 
 uint32_t weft__future_refs(const weft_future *f) { return f->refs; }
